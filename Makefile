@@ -1,0 +1,55 @@
+# loopgate — one Makefile, also run by CI (.ci/run calls `make test`).
+GO        ?= go
+PKGS      ?= ./...
+FUZZTIME  ?= 30s
+# Each fuzz target runs briefly in `make test` and for FUZZTIME in `make fuzz`.
+FUZZ_TARGETS = \
+	./tools:FuzzCanonical \
+	./tools:FuzzBound \
+	./tools:FuzzValidate \
+	./worker:FuzzDecodeTask \
+	./worker:FuzzParseDecision
+
+.PHONY: help build test lint vet fmt-check unit fuzz-smoke fuzz bench demo clean
+
+help: ## show this help
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+
+build: ## build bin/loopgate
+	$(GO) build -o bin/loopgate ./cmd/loopgate
+
+test: lint unit fuzz-smoke ## everything CI checks: formatting, vet, race tests, fuzz smoke
+
+lint: fmt-check vet ## gofmt and go vet
+
+fmt-check:
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+vet:
+	$(GO) vet $(PKGS)
+
+unit: ## race-enabled tests with shuffled order
+	$(GO) test -race -shuffle=on -timeout 9m -count=1 $(PKGS)
+
+fuzz-smoke: ## run every fuzz target for 3s
+	@for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; name=$${t##*:}; \
+		echo "fuzz $$pkg $$name"; \
+		$(GO) test -run='^$$' -fuzz="^$$name$$" -fuzztime=3s $$pkg || exit 1; \
+	done
+
+fuzz: ## run every fuzz target for FUZZTIME (default 30s)
+	@for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; name=$${t##*:}; \
+		$(GO) test -run='^$$' -fuzz="^$$name$$" -fuzztime=$(FUZZTIME) $$pkg || exit 1; \
+	done
+
+bench: ## benchmarks (not tests): go test -bench
+	$(GO) test -run='^$$' -bench=. -benchmem -timeout 30m ./...
+
+demo: ## run the CityOps happy path
+	$(GO) run ./cmd/loopgate demo
+
+clean:
+	rm -rf bin

@@ -1,0 +1,90 @@
+// Package cli is the loopgate command line. Each subcommand is a function
+// that takes its arguments and writes to injected streams, so tests run
+// them against buffers; cmd/loopgate only wires the process to Main.
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+)
+
+// Exit codes.
+const (
+	exitOK       = 0
+	exitError    = 1 // bad usage, bad config, infrastructure failure
+	exitStopped  = 2 // the run stopped for a reason other than done
+	exitRejected = 3 // the task was rejected at intake
+)
+
+// env is what every subcommand writes to and reads from.
+type env struct {
+	stdin          io.Reader
+	stdout, stderr io.Writer
+}
+
+type command struct {
+	name, summary string
+	run           func(ctx context.Context, e env, args []string) int
+}
+
+func commands() []command {
+	return []command{
+		{"demo", "run a CityOps scenario end to end on an embedded server and show its timeline", runDemo},
+		{"serve", "run workers, embedding a nats-server unless --nats is given", runServe},
+		{"worker", "run workers only, against an external NATS (--nats required)", runWorker},
+		{"submit", "publish a task, follow its run to the end, print the answer", runSubmit},
+		{"audit", "replay one run's events from the stream", runAudit},
+	}
+}
+
+// Main runs the command line and returns the process exit code.
+func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	e := env{stdin: stdin, stdout: stdout, stderr: stderr}
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		usage(stdout)
+		if len(args) == 0 {
+			return exitError
+		}
+		return exitOK
+	}
+	for _, c := range commands() {
+		if c.name == args[0] {
+			return c.run(ctx, e, args[1:])
+		}
+	}
+	fmt.Fprintf(stderr, "loopgate: unknown command %q\n\n", args[0])
+	usage(stderr)
+	return exitError
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "loopgate runs AI agents as bounded, audited state machines on NATS JetStream.")
+	fmt.Fprintln(w, "\nUsage: loopgate <command> [flags]\n\nCommands:")
+	for _, c := range commands() {
+		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
+	}
+	fmt.Fprintln(w, "\nRun 'loopgate <command> -h' for a command's flags.")
+}
+
+// parseFlags parses a subcommand's flags, printing errors to stderr.
+// It returns false when the command should exit with code.
+func parseFlags(fs *flag.FlagSet, e env, args []string) (code int, ok bool) {
+	fs.SetOutput(e.stderr)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK, false
+		}
+		return exitError, false
+	}
+	return 0, true
+}
+
+func fail(e env, format string, args ...any) int {
+	msg := fmt.Sprintf(format, args...)
+	fmt.Fprintln(e.stderr, "loopgate: "+strings.TrimSpace(msg))
+	return exitError
+}

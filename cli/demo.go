@@ -1,0 +1,146 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/loopgate/loopgate/events"
+	"github.com/loopgate/loopgate/examples/cityops"
+)
+
+// expectedReason is how each CityOps scenario is meant to end; the demo
+// exits non-zero if a scenario ends any other way.
+var expectedReason = map[string]events.Reason{
+	"happy":      events.ReasonDone,
+	"runaway":    events.ReasonMaxSteps,
+	"correction": events.ReasonDone,
+	"slow":       events.ReasonDone,
+	"dry-run":    events.ReasonDone,
+	"repeat":     events.ReasonRepeatedCall,
+	"invalid":    events.ReasonInvalidDecisions,
+}
+
+func runDemo(ctx context.Context, e env, args []string) int {
+	fs := flag.NewFlagSet("loopgate demo", flag.ContinueOnError)
+	var (
+		scenario = fs.String("scenario", "happy", "scenario: "+scenarioNames())
+		keep     = fs.Bool("keep", false, "keep the temporary data directory (printed at the end)")
+		logLevel = fs.String("log-level", "warn", "log level of the embedded stack")
+		asJSON   = fs.Bool("json", false, "print events as JSON lines")
+	)
+	if code, ok := parseFlags(fs, e, args); !ok {
+		return code
+	}
+	sc, ok := cityops.ScenarioByName(*scenario)
+	if !ok {
+		return fail(e, "demo: unknown scenario %q; choose one of %s", *scenario, scenarioNames())
+	}
+	log, err := newLogger(e.stderr, "text", *logLevel)
+	if err != nil {
+		return fail(e, "%v", err)
+	}
+	cfg, err := loadConfig("")
+	if err != nil {
+		return fail(e, "%v", err)
+	}
+	dir, err := os.MkdirTemp("", "loopgate-demo-")
+	if err != nil {
+		return fail(e, "demo: %v", err)
+	}
+	if !*keep {
+		defer os.RemoveAll(dir)
+	}
+	s, err := startStack(ctx, stackOptions{cfg: cfg, dataDir: dir, workers: 2, log: log, syncInterval: "always"})
+	if err != nil {
+		return fail(e, "%v", err)
+	}
+	defer s.close(context.Background())
+
+	input, _ := json.Marshal(sc.Input)
+	task := events.Task{
+		TaskID:    "demo-" + sc.Name + "-" + uuid.NewString()[:8],
+		Tenant:    "cityops",
+		Principal: events.Principal{ID: "dev@cityops", Roles: []string{"operator"}},
+		Agent:     sc.Agent,
+		Input:     input,
+		DryRun:    sc.DryRun,
+	}
+	payload, _ := json.Marshal(task)
+	runID := events.RunID(task.Tenant, task.TaskID)
+	if !*asJSON {
+		fmt.Fprintf(e.stdout, "loopgate demo — scenario %q: %s\n", sc.Name, sc.Description)
+		fmt.Fprintf(e.stdout, "embedded nats-server %s, data in %s\n", s.srv.ClientURL(), dir)
+		fmt.Fprintf(e.stdout, "task %s → run %s (agent %s, principal %s)\n", task.TaskID, runID, task.Agent, task.Principal.ID)
+		fmt.Fprintf(e.stdout, "input: %s\n\n", sc.Input)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	if _, err := s.js.Publish(ctx, events.TaskSubject(task.Tenant), payload, jetstream.WithMsgID(task.TaskID)); err != nil {
+		return fail(e, "demo: publish task: %v", err)
+	}
+	tl := &timeline{w: e.stdout, asJSON: *asJSON, width: 160}
+	var finished *events.FinishedData
+	for ev, err := range s.journal.Watch(ctx, events.RunFilter(task.Tenant, runID)) {
+		if err != nil {
+			return fail(e, "demo: watch run: %v", err)
+		}
+		tl.print(ev)
+		if ev.Type == events.TypeFinished {
+			tl.end(ev)
+			finished = new(events.FinishedData)
+			_ = ev.Decode(finished)
+			break
+		}
+		if ev.Type == events.TypeRejected {
+			break
+		}
+	}
+	if finished == nil {
+		return fail(e, "demo: run did not finish: %v", ctx.Err())
+	}
+	if !*asJSON {
+		listOutbox(e.stdout, s.outbox)
+		fmt.Fprintf(e.stdout, "\nreplay it any time: loopgate audit %s (against a serve on the same data)\n", runID)
+		if *keep {
+			fmt.Fprintf(e.stdout, "data kept in %s\n", dir)
+		}
+	}
+	if want := expectedReason[sc.Name]; want != "" && finished.Reason != want {
+		fmt.Fprintf(e.stderr, "loopgate demo: scenario %s ended %s, expected %s\n", sc.Name, finished.Reason, want)
+		return exitStopped
+	}
+	return exitOK
+}
+
+// listOutbox shows the drafts a run wrote, with their status line.
+func listOutbox(w io.Writer, dir string) {
+	entries, _ := os.ReadDir(dir)
+	if len(entries) == 0 {
+		fmt.Fprintln(w, "\noutbox: empty — nothing was written")
+		return
+	}
+	fmt.Fprintf(w, "\noutbox (%s): %d drafts\n", dir, len(entries))
+	for _, ent := range entries {
+		b, _ := os.ReadFile(filepath.Join(dir, ent.Name()))
+		first, _, _ := strings.Cut(string(b), "\n")
+		fmt.Fprintf(w, "  %s  %s\n", ent.Name(), first)
+	}
+}
+
+func scenarioNames() string {
+	var names []string
+	for _, s := range cityops.Scenarios() {
+		names = append(names, s.Name)
+	}
+	return strings.Join(names, ", ")
+}

@@ -1,0 +1,108 @@
+package cli
+
+import (
+	"cmp"
+	"context"
+	"flag"
+	"fmt"
+
+	"github.com/loopgate/loopgate/config"
+	"github.com/loopgate/loopgate/examples/cityops"
+)
+
+// serveFlags are shared by serve and worker.
+type serveFlags struct {
+	configPath   string
+	listen       string
+	data         string
+	workers      int
+	natsURL      string
+	logFormat    string
+	logLevel     string
+	syncInterval string
+	replicas     int
+}
+
+func (f *serveFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.configPath, "config", "", "config file (default: the built-in CityOps example)")
+	fs.StringVar(&f.listen, "listen", "", "embedded server's client address (default 127.0.0.1:4222)")
+	fs.StringVar(&f.data, "data", "", "data directory: JetStream store and tool files (default ./loopgate-data)")
+	fs.IntVar(&f.workers, "workers", 0, "concurrent runs (default 4)")
+	fs.StringVar(&f.natsURL, "nats", "", "external NATS URL(s), comma-separated; embeds no server")
+	fs.StringVar(&f.logFormat, "log-format", "auto", "log format: auto (tint on a terminal, else JSON), text or json")
+	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	fs.StringVar(&f.syncInterval, "sync-interval", "", `embedded server fsync: "always" (default) or a duration such as 2m`)
+	fs.IntVar(&f.replicas, "replicas", 0, "replicas of the streams and KV buckets loopgate creates (default 1)")
+}
+
+// loadConfig reads --config, or the built-in CityOps example.
+func loadConfig(path string) (*config.Config, error) {
+	if path == "" {
+		return config.Load(cityops.Files, "loopgate.yaml")
+	}
+	return config.LoadFile(path)
+}
+
+func runServe(ctx context.Context, e env, args []string) int {
+	fs := flag.NewFlagSet("loopgate serve", flag.ContinueOnError)
+	var f serveFlags
+	f.register(fs)
+	if code, ok := parseFlags(fs, e, args); !ok {
+		return code
+	}
+	return serve(ctx, e, f, false)
+}
+
+func runWorker(ctx context.Context, e env, args []string) int {
+	fs := flag.NewFlagSet("loopgate worker", flag.ContinueOnError)
+	var f serveFlags
+	f.register(fs)
+	if code, ok := parseFlags(fs, e, args); !ok {
+		return code
+	}
+	if f.natsURL == "" {
+		return fail(e, "worker: --nats URL is required (use serve to embed a server)")
+	}
+	return serve(ctx, e, f, true)
+}
+
+func serve(ctx context.Context, e env, f serveFlags, workerOnly bool) int {
+	log, err := newLogger(e.stderr, f.logFormat, f.logLevel)
+	if err != nil {
+		return fail(e, "%v", err)
+	}
+	cfg, err := loadConfig(f.configPath)
+	if err != nil {
+		return fail(e, "%v", err)
+	}
+	o := stackOptions{
+		cfg:          cfg,
+		natsURL:      f.natsURL,
+		listen:       cmp.Or(f.listen, cfg.Server.Listen),
+		dataDir:      cmp.Or(f.data, cfg.Server.Data),
+		syncInterval: cmp.Or(f.syncInterval, cfg.Server.SyncInterval),
+		replicas:     cmp.Or(f.replicas, cfg.Server.Replicas),
+		workers:      cmp.Or(f.workers, cfg.Server.Workers),
+		log:          log,
+	}
+	s, err := startStack(ctx, o)
+	if err != nil {
+		return fail(e, "%v", err)
+	}
+	where := f.natsURL
+	if s.srv != nil {
+		where = s.srv.ClientURL()
+	}
+	log.InfoContext(ctx, "loopgate serving", "nats", where, "embedded", s.srv != nil, "data", o.dataDir,
+		"workers", o.workers, "sync_interval", o.syncInterval, "agents", len(cfg.Agents), "tools", len(cfg.Tools))
+	if !workerOnly {
+		fmt.Fprintf(e.stdout, "loopgate serving on %s (data %s, %d workers); tasks go to loopgate.tasks.<tenant>\n", where, o.dataDir, o.workers)
+	}
+	<-ctx.Done()
+	log.Info("shutting down: finishing runs in progress")
+	if err := s.close(context.Background()); err != nil {
+		log.Warn("shutdown", "err", err)
+	}
+	log.Info("stopped")
+	return exitOK
+}

@@ -1,0 +1,135 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/loopgate/loopgate/events"
+	"github.com/loopgate/loopgate/journal"
+)
+
+func runSubmit(ctx context.Context, e env, args []string) int {
+	fs := flag.NewFlagSet("loopgate submit", flag.ContinueOnError)
+	var (
+		natsURL   = fs.String("nats", "nats://127.0.0.1:4222", "NATS URL of a running loopgate")
+		file      = fs.String("file", "", "task JSON file ('-' for stdin); flags below are ignored")
+		tenant    = fs.String("tenant", "cityops", "tenant")
+		taskID    = fs.String("task-id", "", "client task id (default: a new UUID); resubmitting one finds its run")
+		agent     = fs.String("agent", "escalation-assistant", "agent profile")
+		principal = fs.String("principal", "dev@cityops", "principal id")
+		roles     = fs.String("roles", "operator", "principal roles, comma-separated")
+		input     = fs.String("input", "Show me the oldest open sanitation complaints and draft escalations for them.", "what the agent is asked to do")
+		dryRun    = fs.Bool("dry-run", false, "preview writes without executing them")
+		timeout   = fs.Duration("timeout", 5*time.Minute, "how long to follow the run")
+		asJSON    = fs.Bool("json", false, "print events as JSON lines")
+	)
+	if code, ok := parseFlags(fs, e, args); !ok {
+		return code
+	}
+	var payload []byte
+	var task events.Task
+	if *file != "" {
+		var err error
+		if *file == "-" {
+			payload, err = readAll(e.stdin)
+		} else {
+			payload, err = os.ReadFile(*file)
+		}
+		if err != nil {
+			return fail(e, "read task: %v", err)
+		}
+		if err := json.Unmarshal(payload, &task); err != nil {
+			return fail(e, "task file %s is not a task: %v", *file, err)
+		}
+		if task.TaskID == "" || task.Tenant == "" {
+			return fail(e, "task file %s: task_id and tenant are required", *file)
+		}
+	} else {
+		in, _ := json.Marshal(*input)
+		task = events.Task{
+			TaskID:    *taskID,
+			Tenant:    *tenant,
+			Principal: events.Principal{ID: *principal, Roles: splitList(*roles)},
+			Agent:     *agent,
+			Input:     in,
+			DryRun:    *dryRun,
+		}
+		if task.TaskID == "" {
+			task.TaskID = uuid.NewString()
+		}
+		payload, _ = json.Marshal(task)
+	}
+	if !events.ValidToken(task.Tenant) {
+		return fail(e, "tenant %q is not a valid subject token", task.Tenant)
+	}
+	nc, js, j, err := connect(ctx, *natsURL)
+	if err != nil {
+		return fail(e, "%v", err)
+	}
+	defer nc.Close()
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	runID := events.RunID(task.Tenant, task.TaskID)
+	ack, err := js.Publish(ctx, events.TaskSubject(task.Tenant), payload, jetstream.WithMsgID(task.TaskID))
+	if err != nil {
+		return fail(e, "publish task: %v", err)
+	}
+	if !*asJSON {
+		dup := ""
+		if ack.Duplicate {
+			dup = " (duplicate task id: following the existing run)"
+		}
+		fmt.Fprintf(e.stdout, "submitted task %s as run %s%s\n\n", task.TaskID, runID, dup)
+	}
+	return follow(ctx, e, j, events.RunFilter(task.Tenant, runID), *asJSON)
+}
+
+// follow prints a run's events until it finishes or is rejected, and
+// returns the exit code its end deserves.
+func follow(ctx context.Context, e env, j *journal.Journal, filter string, asJSON bool) int {
+	tl := &timeline{w: e.stdout, asJSON: asJSON, width: 160}
+	for ev, err := range j.Watch(ctx, filter) {
+		if err != nil {
+			return fail(e, "follow run: %v", err)
+		}
+		tl.print(ev)
+		switch ev.Type {
+		case events.TypeRejected:
+			return exitRejected
+		case events.TypeFinished:
+			tl.end(ev)
+			var d events.FinishedData
+			if ev.Decode(&d) == nil && d.Reason == events.ReasonDone {
+				return exitOK
+			}
+			return exitStopped
+		}
+	}
+	return fail(e, "follow run: %v", cmpErr(ctx.Err(), "the watch ended before the run did"))
+}
+
+func cmpErr(err error, msg string) error {
+	if err != nil {
+		return err
+	}
+	return errors.New(msg)
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}

@@ -1,0 +1,101 @@
+// Package config reads loopgate's configuration file: the tool manifests,
+// the agent profiles, the policy and server settings. A config is YAML (or
+// JSON), validated against schemas/config.schema.json and then decoded
+// strictly, so a misspelt key is an error naming the field.
+package config
+
+import (
+	"io/fs"
+
+	"github.com/loopgate/loopgate/events"
+	"github.com/loopgate/loopgate/tools"
+)
+
+// Config is one loopgate configuration file.
+type Config struct {
+	// Version of the file format. Must be 1.
+	Version int `json:"version"`
+	// Server holds settings that serve/worker flags may override.
+	Server Server `json:"server,omitzero"`
+	// Intake bounds incoming tasks.
+	Intake Intake `json:"intake,omitzero"`
+	// Tools are the manifests of every tool any profile may use.
+	Tools []tools.Manifest `json:"tools"`
+	// Agents are the profiles a task's "agent" field names.
+	Agents map[string]Profile `json:"agents"`
+	// Policy says which roles may call and approve which tools.
+	Policy Policy `json:"policy,omitzero"`
+
+	// Dir is the directory relative paths in the file are resolved against
+	// (set by the loader, not read from the file). LoadFile sets it to an
+	// absolute path; Load, reading from an fs.FS with no OS directory,
+	// leaves it empty.
+	Dir string `json:"-"`
+	// FS holds the files the config refers to (argument schemas, scripts),
+	// rooted at the config file's directory; ReadFile reads from it. Set by
+	// the loader, not read from the file.
+	FS fs.FS `json:"-"`
+}
+
+// Server settings.
+type Server struct {
+	// Listen is the embedded server's client address. Defaults to 127.0.0.1:4222.
+	Listen string `json:"listen,omitempty"`
+	// Data is the directory of the JetStream file store and the tools'
+	// files (outbox). Defaults to ./loopgate-data.
+	Data string `json:"data,omitempty"`
+	// Workers is the number of concurrent runs a process works on. Defaults to 4.
+	Workers int `json:"workers,omitempty"`
+	// SyncInterval is the embedded server's fsync interval: "always" or a
+	// duration such as "2m". Defaults to "always".
+	SyncInterval string `json:"sync_interval,omitempty"`
+	// Replicas of the streams and KV buckets loopgate creates. Defaults to 1.
+	Replicas int `json:"replicas,omitempty"`
+}
+
+// Intake bounds incoming tasks.
+type Intake struct {
+	// MaxTaskBytes bounds a task message. Defaults to 65536.
+	MaxTaskBytes int `json:"max_task_bytes,omitempty"`
+	// MaxInputBytes bounds a task's input field. Defaults to 16384.
+	MaxInputBytes int `json:"max_input_bytes,omitempty"`
+}
+
+// Profile is an agent: a model, the tools it is offered, who may run it and
+// the limits its runs obey.
+type Profile struct {
+	// Description for operators.
+	Description string `json:"description,omitempty"`
+	// Instructions are the system prompt a real model receives.
+	Instructions string `json:"instructions,omitempty"`
+	// Model chooses the provider.
+	Model Model `json:"model"`
+	// Tools offered to the model, by manifest name.
+	Tools []string `json:"tools"`
+	// Roles whose principals may run this agent. Required.
+	Roles []string `json:"roles"`
+	// Limits of each run; a task may only tighten them.
+	Limits events.Limits `json:"limits,omitzero"`
+}
+
+// Model chooses and configures a model provider.
+type Model struct {
+	// Provider: "scripted" (replays recorded decisions).
+	Provider string `json:"provider"`
+	// Script is the scripted provider's file of decisions, relative to Dir.
+	Script string `json:"script,omitempty"`
+}
+
+// Policy says which roles may do what.
+type Policy struct {
+	// Roles by name.
+	Roles map[string]Role `json:"roles,omitempty"`
+}
+
+// Role lists what principals holding it may do.
+type Role struct {
+	// Call lists the tools the role may call.
+	Call []string `json:"call,omitempty"`
+	// Approve lists the tools whose calls the role may approve.
+	Approve []string `json:"approve,omitempty"`
+}

@@ -1,0 +1,97 @@
+package config
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/loopgate/loopgate/events"
+)
+
+// DefaultLimits are the limits of a profile that sets none: each zero field
+// of a profile's limits takes the value here. Change it only before loading
+// a config.
+var DefaultLimits = events.Limits{
+	MaxSteps:             10,
+	MaxToolCalls:         20,
+	MaxActive:            events.Duration(2 * time.Minute),
+	MaxInvalidDecisions:  3,
+	MaxCorrections:       3,
+	MaxRepeatedCalls:     3,
+	MaxObservationBytes:  4096,
+	MaxRunObservationKiB: 64,
+}
+
+// withDefaults returns l with each zero field set from DefaultLimits.
+func withDefaults(l events.Limits) events.Limits {
+	d := DefaultLimits
+	return events.Limits{
+		MaxSteps:             cmp.Or(l.MaxSteps, d.MaxSteps),
+		MaxToolCalls:         cmp.Or(l.MaxToolCalls, d.MaxToolCalls),
+		MaxActive:            cmp.Or(l.MaxActive, d.MaxActive),
+		MaxInvalidDecisions:  cmp.Or(l.MaxInvalidDecisions, d.MaxInvalidDecisions),
+		MaxCorrections:       cmp.Or(l.MaxCorrections, d.MaxCorrections),
+		MaxRepeatedCalls:     cmp.Or(l.MaxRepeatedCalls, d.MaxRepeatedCalls),
+		MaxObservationBytes:  cmp.Or(l.MaxObservationBytes, d.MaxObservationBytes),
+		MaxRunObservationKiB: cmp.Or(l.MaxRunObservationKiB, d.MaxRunObservationKiB),
+	}
+}
+
+// EffectiveLimits returns the limits a run obeys: the profile's (its zero
+// fields taking DefaultLimits), each tightened by the task's non-zero field.
+// A task may only tighten: a task field above the profile's, or negative,
+// is reported as a FieldError on "/limits/<key>" (the task's field) and the
+// profile's value stands. A nil task gives the profile's limits. The
+// returned limits are usable even when there are errors; the caller decides
+// whether errors reject the task.
+func EffectiveLimits(profile events.Limits, task *events.Limits) (events.Limits, []events.FieldError) {
+	eff := withDefaults(profile)
+	if task == nil {
+		return eff, nil
+	}
+	var errs []events.FieldError
+	ints := []struct {
+		key  string
+		eff  *int
+		task int
+	}{
+		{"max_steps", &eff.MaxSteps, task.MaxSteps},
+		{"max_tool_calls", &eff.MaxToolCalls, task.MaxToolCalls},
+		{"max_invalid_decisions", &eff.MaxInvalidDecisions, task.MaxInvalidDecisions},
+		{"max_corrections", &eff.MaxCorrections, task.MaxCorrections},
+		{"max_repeated_calls", &eff.MaxRepeatedCalls, task.MaxRepeatedCalls},
+		{"max_observation_bytes", &eff.MaxObservationBytes, task.MaxObservationBytes},
+		{"max_run_observation_kib", &eff.MaxRunObservationKiB, task.MaxRunObservationKiB},
+	}
+	for _, f := range ints {
+		if e := tighten(f.eff, f.task, f.key, strconv.Itoa); e != nil {
+			errs = append(errs, *e)
+		}
+	}
+	if e := tighten(&eff.MaxActive, task.MaxActive, "max_active", func(d events.Duration) string {
+		return d.D().String()
+	}); e != nil {
+		errs = append(errs, *e)
+	}
+	slices.SortFunc(errs, func(a, b events.FieldError) int { return cmp.Compare(a.Field, b.Field) })
+	return eff, errs
+}
+
+// tighten sets *eff to task when task is set (non-zero) and no larger.
+func tighten[T int | events.Duration](eff *T, task T, key string, show func(T) string) *events.FieldError {
+	switch {
+	case task == 0:
+		return nil
+	case task < 0:
+		return &events.FieldError{Field: "/limits/" + key, Message: "must not be negative"}
+	case task > *eff:
+		return &events.FieldError{
+			Field:   "/limits/" + key,
+			Message: fmt.Sprintf("may only tighten the profile's limit of %s", show(*eff)),
+		}
+	}
+	*eff = task
+	return nil
+}

@@ -1,0 +1,329 @@
+package config
+
+import (
+	"bytes"
+	"cmp"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/kaptinlin/jsonschema"
+	"sigs.k8s.io/yaml"
+
+	"github.com/loopgate/loopgate/events"
+	"github.com/loopgate/loopgate/schemas"
+)
+
+// LoadFile reads the config at the OS path name (see Load). Relative paths
+// in it are resolved against its directory, which becomes Config.Dir as an
+// absolute path; they cannot leave that directory.
+func LoadFile(name string) (*Config, error) {
+	abs, err := filepath.Abs(name)
+	if err != nil {
+		return nil, fmt.Errorf("config %s: %w", name, err)
+	}
+	dir := filepath.Dir(abs)
+	c, err := load(os.DirFS(dir), filepath.Base(abs), name)
+	if err != nil {
+		return nil, err
+	}
+	c.Dir = dir
+	return c, nil
+}
+
+// Load reads the config at name in fsys: YAML (or JSON), checked against
+// schemas/config.schema.json, each tool's args_schema path replaced by the
+// JSON it names, decoded strictly, defaults applied, then cross-checked
+// (profiles' tools, roles and scripts exist; policy names known tools; tool
+// names are unique). Paths in the file are relative to name's directory
+// within fsys, which becomes Config.FS.
+//
+// A file that cannot be read gives the read error, wrapped; a file that is
+// read but not accepted gives an *Error matching ErrInvalid that names every
+// bad field it found.
+func Load(fsys fs.FS, name string) (*Config, error) {
+	return load(fsys, name, name)
+}
+
+func load(fsys fs.FS, name, display string) (*Config, error) {
+	invalid := func(errs ...events.FieldError) error { return &Error{File: display, Errors: errs} }
+
+	name, err := cleanPath(name)
+	if err != nil {
+		return nil, fmt.Errorf("config %s: %w", display, err)
+	}
+	raw, err := fs.ReadFile(fsys, name)
+	if err != nil {
+		return nil, fmt.Errorf("config %s: %w", display, err)
+	}
+	dir, err := fs.Sub(fsys, path.Dir(name))
+	if err != nil {
+		return nil, fmt.Errorf("config %s: %w", display, err)
+	}
+
+	doc, err := yaml.YAMLToJSONStrict(raw) // strict: a duplicate key is an error, not a silent overwrite
+	if err != nil {
+		return nil, invalid(events.FieldError{Message: "is not valid YAML: " + strings.Join(strings.Fields(err.Error()), " ")})
+	}
+	schema, err := configSchema()
+	if err != nil {
+		return nil, fmt.Errorf("config %s: %w", display, err)
+	}
+	if res := schema.ValidateJSON(doc); !res.IsValid() {
+		return nil, invalid(schemas.Errors(res)...)
+	}
+	doc, errs := resolveArgsSchemas(dir, doc)
+	if len(errs) > 0 {
+		return nil, invalid(errs...)
+	}
+
+	var c Config
+	dec := json.NewDecoder(bytes.NewReader(doc))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&c); err != nil {
+		// The schema should have caught it; this is the backstop.
+		return nil, invalid(events.FieldError{Message: err.Error()})
+	}
+	c.FS = dir
+	c.setDefaults()
+	if errs := c.validate(); len(errs) > 0 {
+		return nil, invalid(errs...)
+	}
+	return &c, nil
+}
+
+var configSchema = sync.OnceValues(func() (*jsonschema.Schema, error) {
+	return schemas.Compile("config.schema.json")
+})
+
+// resolveArgsSchemas replaces each tool's args_schema that is a path with
+// the JSON object in that file. doc has passed the config schema.
+func resolveArgsSchemas(dir fs.FS, doc []byte) ([]byte, []events.FieldError) {
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal(doc, &top); err != nil {
+		return nil, []events.FieldError{{Message: err.Error()}}
+	}
+	if top["tools"] == nil {
+		return doc, nil
+	}
+	var manifests []map[string]json.RawMessage
+	if err := json.Unmarshal(top["tools"], &manifests); err != nil {
+		return nil, []events.FieldError{{Field: "/tools", Message: err.Error()}}
+	}
+	var errs []events.FieldError
+	for i, m := range manifests {
+		var rel string
+		if json.Unmarshal(m["args_schema"], &rel) != nil {
+			continue // inline
+		}
+		var tool string
+		_ = json.Unmarshal(m["name"], &tool)
+		b, err := readFile(dir, rel)
+		if err == nil {
+			if b, err = jsonObject(b); err != nil {
+				err = fmt.Errorf("%s: %w", rel, err)
+			}
+		}
+		if err != nil {
+			errs = append(errs, events.FieldError{
+				Field:   fmt.Sprintf("/tools/%d/args_schema", i),
+				Message: fmt.Sprintf("tool %q: args schema %s", tool, err),
+			})
+			continue
+		}
+		m["args_schema"] = b
+	}
+	if len(errs) > 0 {
+		return nil, errs
+	}
+	var err error
+	if top["tools"], err = json.Marshal(manifests); err != nil {
+		return nil, []events.FieldError{{Field: "/tools", Message: err.Error()}}
+	}
+	if doc, err = json.Marshal(top); err != nil {
+		return nil, []events.FieldError{{Message: err.Error()}}
+	}
+	return doc, nil
+}
+
+// jsonObject returns b compacted if it is one JSON object.
+func jsonObject(b []byte) ([]byte, error) {
+	var v any
+	if err := json.Unmarshal(b, &v); err != nil {
+		return nil, fmt.Errorf("is not valid JSON: %w", err)
+	}
+	if _, ok := v.(map[string]any); !ok {
+		return nil, errors.New("is not a JSON object")
+	}
+	var out bytes.Buffer
+	if err := json.Compact(&out, b); err != nil {
+		return nil, fmt.Errorf("is not valid JSON: %w", err)
+	}
+	return out.Bytes(), nil
+}
+
+// ReadFile reads the file at rel, a path relative to the config file's
+// directory, from c.FS. A path that leaves that directory is an error.
+func (c *Config) ReadFile(rel string) ([]byte, error) {
+	if c.FS == nil {
+		return nil, fmt.Errorf("read %s: config has no file system (not loaded by Load or LoadFile)", rel)
+	}
+	return readFile(c.FS, rel)
+}
+
+// readFile reads rel from dir, with errors that name rel the way the
+// config wrote it ("scripts/a.json: file does not exist").
+func readFile(dir fs.FS, rel string) ([]byte, error) {
+	p, err := cleanPath(rel)
+	if err != nil {
+		return nil, err
+	}
+	b, err := fs.ReadFile(dir, p)
+	if err != nil {
+		return nil, fileError(rel, err)
+	}
+	return b, nil
+}
+
+// statFile checks that rel names a regular file in dir.
+func statFile(dir fs.FS, rel string) error {
+	p, err := cleanPath(rel)
+	if err != nil {
+		return err
+	}
+	fi, err := fs.Stat(dir, p)
+	if err != nil {
+		return fileError(rel, err)
+	}
+	if fi.IsDir() {
+		return fmt.Errorf("%s: is a directory", rel)
+	}
+	return nil
+}
+
+func fileError(rel string, err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		err = pe.Err // drop the op and the (possibly absolute) path
+	}
+	return fmt.Errorf("%s: %w", rel, err)
+}
+
+// cleanPath turns a path as written in the config ("./scripts/a.json",
+// "scripts\a.json") into an fs.FS path, refusing absolute paths and paths
+// that climb out of the config's directory.
+func cleanPath(rel string) (string, error) {
+	p := path.Clean(filepath.ToSlash(rel))
+	if !fs.ValidPath(p) || rel == "" {
+		return "", fmt.Errorf("%s: %w: must be a relative path inside the config's directory", rel, fs.ErrInvalid)
+	}
+	return p, nil
+}
+
+// setDefaults fills every zero field that has a default; it is the one
+// place defaults are set.
+func (c *Config) setDefaults() {
+	c.Server.Listen = cmp.Or(c.Server.Listen, "127.0.0.1:4222")
+	c.Server.Data = cmp.Or(c.Server.Data, "./loopgate-data")
+	c.Server.Workers = cmp.Or(c.Server.Workers, 4)
+	c.Server.SyncInterval = cmp.Or(c.Server.SyncInterval, "always")
+	c.Server.Replicas = cmp.Or(c.Server.Replicas, 1)
+	c.Intake.MaxTaskBytes = cmp.Or(c.Intake.MaxTaskBytes, 65536)
+	c.Intake.MaxInputBytes = cmp.Or(c.Intake.MaxInputBytes, 16384)
+	for name, p := range c.Agents {
+		p.Limits = withDefaults(p.Limits)
+		c.Agents[name] = p
+	}
+}
+
+// validate cross-checks what the schema cannot: names that refer to other
+// parts of the file, and files the config refers to. It runs after
+// setDefaults and returns every problem, sorted by field.
+func (c *Config) validate() []events.FieldError {
+	var errs []events.FieldError
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, events.FieldError{Field: field, Message: fmt.Sprintf(format, args...)})
+	}
+
+	if c.Version != 1 {
+		bad("/version", "must be 1")
+	}
+	if c.Intake.MaxInputBytes > c.Intake.MaxTaskBytes {
+		bad("/intake/max_input_bytes", "must be <= max_task_bytes (%d)", c.Intake.MaxTaskBytes)
+	}
+
+	toolAt := make(map[string]int, len(c.Tools))
+	for i, m := range c.Tools {
+		if j, dup := toolAt[m.Name]; dup {
+			bad(fmt.Sprintf("/tools/%d/name", i), "duplicate tool %q, also /tools/%d", m.Name, j)
+			continue
+		}
+		toolAt[m.Name] = i
+	}
+	knownTool := func(field, tool string) {
+		if _, ok := toolAt[tool]; !ok {
+			bad(field, "unknown tool %q: no manifest of that name in /tools", tool)
+		}
+	}
+
+	for _, name := range sortedKeys(c.Agents) {
+		p := c.Agents[name]
+		at := "/agents/" + escape(name)
+		for i, t := range p.Tools {
+			knownTool(fmt.Sprintf("%s/tools/%d", at, i), t)
+		}
+		if len(p.Roles) == 0 {
+			bad(at+"/roles", "is required")
+		}
+		for i, r := range p.Roles {
+			if _, ok := c.Policy.Roles[r]; !ok {
+				bad(fmt.Sprintf("%s/roles/%d", at, i), "role %q is not defined in /policy/roles", r)
+			}
+		}
+		switch p.Model.Provider {
+		case "scripted":
+			if p.Model.Script == "" {
+				bad(at+"/model/script", "is required")
+			} else if err := statFile(c.FS, p.Model.Script); err != nil {
+				bad(at+"/model/script", "%v", err)
+			}
+		default:
+			bad(at+"/model/provider", "unknown provider %q", p.Model.Provider)
+		}
+	}
+
+	for _, name := range sortedKeys(c.Policy.Roles) {
+		r := c.Policy.Roles[name]
+		at := "/policy/roles/" + escape(name)
+		for i, t := range r.Call {
+			knownTool(fmt.Sprintf("%s/call/%d", at, i), t)
+		}
+		for i, t := range r.Approve {
+			knownTool(fmt.Sprintf("%s/approve/%d", at, i), t)
+		}
+	}
+
+	slices.SortStableFunc(errs, func(a, b events.FieldError) int { return cmp.Compare(a.Field, b.Field) })
+	return errs
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// escape escapes one JSON pointer reference token (RFC 6901).
+func escape(s string) string {
+	return strings.NewReplacer("~", "~0", "/", "~1").Replace(s)
+}

@@ -1,0 +1,27 @@
+package config
+
+import "slices"
+
+// MayRun reports whether a principal holding roles may run the agent: the
+// agent exists and one of the roles is among its profile's roles.
+func (c *Config) MayRun(agent string, roles []string) bool {
+	p, ok := c.Agents[agent]
+	if !ok {
+		return false
+	}
+	return slices.ContainsFunc(roles, func(r string) bool { return slices.Contains(p.Roles, r) })
+}
+
+// MayCall reports whether a principal holding roles may call tool: one of
+// the roles lists it under call in the policy. Roles not in the policy
+// grant nothing.
+func (c *Config) MayCall(roles []string, tool string) bool {
+	return slices.ContainsFunc(roles, func(r string) bool { return slices.Contains(c.Policy.Roles[r].Call, tool) })
+}
+
+// MayApprove reports whether an approver holding roles may approve calls of
+// tool: one of the roles lists it under approve in the policy. An
+// approver's roles come from the config, never from the approval message.
+func (c *Config) MayApprove(roles []string, tool string) bool {
+	return slices.ContainsFunc(roles, func(r string) bool { return slices.Contains(c.Policy.Roles[r].Approve, tool) })
+}

@@ -1,0 +1,217 @@
+package events
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Task is what an upstream system publishes on loopgate.tasks.<tenant>. It
+// matches schemas/task.schema.json.
+type Task struct {
+	TaskID    string          `json:"task_id"`
+	Tenant    string          `json:"tenant"`
+	Principal Principal       `json:"principal"`
+	Agent     string          `json:"agent"`
+	Input     json.RawMessage `json:"input"`
+	DryRun    bool            `json:"dry_run"`
+	Limits    *Limits         `json:"limits,omitempty"`
+}
+
+// Principal is the identity a task acts for, asserted by the upstream system.
+type Principal struct {
+	ID    string   `json:"id"`
+	Roles []string `json:"roles"`
+}
+
+// Limits bound one run. In a task they may only tighten the profile's; a
+// zero field means "not set" there.
+type Limits struct {
+	MaxSteps             int      `json:"max_steps,omitempty"`
+	MaxToolCalls         int      `json:"max_tool_calls,omitempty"`
+	MaxActive            Duration `json:"max_active,omitempty"`
+	MaxInvalidDecisions  int      `json:"max_invalid_decisions,omitempty"`
+	MaxCorrections       int      `json:"max_corrections,omitempty"`
+	MaxRepeatedCalls     int      `json:"max_repeated_calls,omitempty"`
+	MaxObservationBytes  int      `json:"max_observation_bytes,omitempty"`
+	MaxRunObservationKiB int      `json:"max_run_observation_kib,omitempty"`
+}
+
+// FieldError is one field-level complaint about an input: a task, a
+// decision or a call's arguments. Field is a JSON pointer ("" for the root).
+type FieldError struct {
+	Field   string `json:"field"`
+	Message string `json:"message"`
+}
+
+// Decision is what the model proposes: exactly one of ToolCalls or Final.
+type Decision struct {
+	ToolCalls []ToolCall   `json:"tool_calls,omitempty"`
+	Final     *FinalAnswer `json:"final_answer,omitempty"`
+}
+
+// ToolCall is one proposed call. ID is loopgate's call id (see CallID);
+// ProviderID is the model provider's own id, kept for its conversation
+// protocol.
+type ToolCall struct {
+	ID         string          `json:"id"`
+	ProviderID string          `json:"provider_id,omitempty"`
+	Tool       string          `json:"tool"`
+	Args       json.RawMessage `json:"args"`
+}
+
+// FinalAnswer ends a run.
+type FinalAnswer struct {
+	Summary       string   `json:"summary"`
+	ActionsTaken  []string `json:"actions_taken,omitempty"`
+	DraftsCreated []string `json:"drafts_created,omitempty"`
+}
+
+// Usage is what one model call cost.
+type Usage struct {
+	InputTokens  int `json:"input_tokens"`
+	OutputTokens int `json:"output_tokens"`
+}
+
+// RejectedData: a task that did not become a run.
+type RejectedData struct {
+	Field   string       `json:"field"`
+	Reason  string       `json:"reason"`
+	Errors  []FieldError `json:"errors,omitempty"`
+	TaskID  string       `json:"task_id,omitempty"`
+	Subject string       `json:"subject"`
+	// PayloadExcerpt is the start of the message, for the operator.
+	PayloadExcerpt string `json:"payload_excerpt,omitempty"`
+}
+
+// StartedData: the task, the profile and the limits in force.
+type StartedData struct {
+	Task    Task     `json:"task"`
+	Profile string   `json:"profile"`
+	Model   string   `json:"model"`
+	Limits  Limits   `json:"limits"`
+	Tools   []string `json:"tools"`
+}
+
+// ProposedData: the model's decision as loopgate understood it, or why it
+// could not. Raw is kept only when the decision was invalid, so the trail
+// shows what the model actually said.
+type ProposedData struct {
+	Decision  *Decision       `json:"decision,omitempty"`
+	Invalid   []FieldError    `json:"invalid,omitempty"`
+	Raw       json.RawMessage `json:"raw,omitempty"`
+	RawText   string          `json:"raw_text,omitempty"`
+	Usage     Usage           `json:"usage"`
+	LatencyMS int64           `json:"latency_ms"`
+}
+
+// Validation statuses of a call.
+const (
+	ValidOK          = "ok"
+	InvalidArguments = "invalid_arguments"
+	UnknownTool      = "unknown_tool"
+	Quarantined      = "quarantined"
+)
+
+// ValidatedData: one call checked against the allowlist and its schema.
+type ValidatedData struct {
+	Status         string          `json:"status"`
+	Args           json.RawMessage `json:"args,omitempty"`
+	ArgsHash       string          `json:"args_hash,omitempty"`
+	Errors         []FieldError    `json:"errors,omitempty"`
+	AvailableTools []string        `json:"available_tools,omitempty"`
+	Permission     string          `json:"permission,omitempty"`
+}
+
+// DeniedData: policy refused a call.
+type DeniedData struct {
+	Check  string `json:"check"`
+	Reason string `json:"reason"`
+}
+
+// ExecutingData: the write-ahead record of one attempt.
+type ExecutingData struct {
+	OperationID string    `json:"operation_id"`
+	Attempt     int       `json:"attempt"`
+	Deadline    time.Time `json:"deadline"`
+	ArgsHash    string    `json:"args_hash"`
+}
+
+// Execution statuses of a call.
+const (
+	ExecOK         = "ok"
+	ExecTimeout    = "timeout"
+	ExecTransient  = "transient"
+	ExecToolFailed = "tool_failed"
+	ExecDryRun     = "dry_run"
+	ExecConflict   = "conflict"
+	// ExecUnknown: an attempt began (executing) and no end was recorded,
+	// because the worker running it died. The outcome is unknown; a write is
+	// never re-run blindly.
+	ExecUnknown = "unknown"
+)
+
+// ExecutedData: how one attempt ended.
+type ExecutedData struct {
+	Status      string          `json:"status"`
+	OperationID string          `json:"operation_id,omitempty"`
+	Attempt     int             `json:"attempt,omitempty"`
+	LatencyMS   int64           `json:"latency_ms"`
+	Result      json.RawMessage `json:"result,omitempty"`
+	ErrorClass  string          `json:"error_class,omitempty"`
+	Message     string          `json:"message,omitempty"`
+	WouldCall   *WouldCall      `json:"would_call,omitempty"`
+}
+
+// WouldCall is a dry run's preview of the exact call it did not make.
+type WouldCall struct {
+	Tool        string          `json:"tool"`
+	Args        json.RawMessage `json:"args"`
+	OperationID string          `json:"operation_id"`
+}
+
+// ObservedData: the exact observation handed to the model. A call's
+// observation has the event's CallID; an invalid decision's has none.
+type ObservedData struct {
+	Observation json.RawMessage `json:"observation"`
+	Bytes       int             `json:"bytes"`
+	Truncated   bool            `json:"truncated,omitempty"`
+}
+
+// Reason is why a run finished.
+type Reason string
+
+// Stop reasons. Each is tested and shown by the CLI.
+const (
+	ReasonDone                 Reason = "done"
+	ReasonMaxSteps             Reason = "max_steps"
+	ReasonMaxToolCalls         Reason = "max_tool_calls"
+	ReasonBudget               Reason = "budget"
+	ReasonDeadline             Reason = "deadline"
+	ReasonPermissionDenied     Reason = "permission_denied"
+	ReasonRepeatedCall         Reason = "repeated_call"
+	ReasonInvalidDecisions     Reason = "invalid_decisions"
+	ReasonCancelled            Reason = "cancelled"
+	ReasonCompletionUnverified Reason = "completion_unverified"
+	ReasonError                Reason = "error"
+)
+
+// FinishedData: why and how a run ended.
+type FinishedData struct {
+	Reason Reason       `json:"reason"`
+	Detail string       `json:"detail,omitempty"`
+	Final  *FinalAnswer `json:"final_answer,omitempty"`
+	Totals Totals       `json:"totals"`
+}
+
+// Totals summarise a run at its end.
+type Totals struct {
+	Steps            int            `json:"steps"`
+	ToolCalls        int            `json:"tool_calls"`
+	PerTool          map[string]int `json:"per_tool,omitempty"`
+	InvalidDecisions int            `json:"invalid_decisions"`
+	Rejected         int            `json:"rejected_calls"`
+	Usage            Usage          `json:"usage"`
+	ActiveMS         int64          `json:"active_ms"`
+	ObservationBytes int            `json:"observation_bytes"`
+	Events           int            `json:"events"`
+}

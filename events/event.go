@@ -1,0 +1,68 @@
+package events
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// Type names a transition of the run state machine. The set is part of the
+// wire contract: it is the last token of an event's subject.
+type Type string
+
+// Event types, in the order a run normally produces them.
+const (
+	TypeRejected          Type = "rejected"           // a task that never became a run
+	TypeStarted           Type = "started"            // task accepted, limits fixed
+	TypeProposed          Type = "proposed"           // the model's decision, as received
+	TypeValidated         Type = "validated"          // a call checked against its schema and the allowlist
+	TypeDenied            Type = "denied"             // policy refused a call; the run stops
+	TypeApprovalRequested Type = "approval_requested" // a gated write awaits a human (write path)
+	TypeParked            Type = "parked"             // the run holds no worker until woken (write path)
+	TypeApproved          Type = "approved"           // an approval decision: approve, deny or expired (write path)
+	TypeExecuting         Type = "executing"          // write-ahead: a tool is about to run
+	TypeExecuted          Type = "executed"           // the tool returned, failed, timed out, or was previewed
+	TypeObserved          Type = "observed"           // the exact observation the model receives
+	TypeFinished          Type = "finished"           // the run stopped, with a reason
+)
+
+// Known reports whether t is a type this version understands.
+func (t Type) Known() bool {
+	switch t {
+	case TypeRejected, TypeStarted, TypeProposed, TypeValidated, TypeDenied,
+		TypeApprovalRequested, TypeParked, TypeApproved, TypeExecuting,
+		TypeExecuted, TypeObserved, TypeFinished:
+		return true
+	}
+	return false
+}
+
+// Event is the envelope every event carries. Data holds the type-specific
+// payload (see the *Data types), already redacted.
+type Event struct {
+	EventID string          `json:"event_id"`
+	RunID   string          `json:"run_id"`
+	Tenant  string          `json:"tenant"`
+	Seq     uint64          `json:"seq"`
+	Type    Type            `json:"type"`
+	Time    time.Time       `json:"time"`
+	Step    int             `json:"step"`
+	CallID  string          `json:"call_id,omitempty"`
+	Tool    string          `json:"tool,omitempty"`
+	Data    json.RawMessage `json:"data"`
+}
+
+// Decode unmarshals the event's payload into v.
+func (e *Event) Decode(v any) error {
+	if err := json.Unmarshal(e.Data, v); err != nil {
+		return fmt.Errorf("decode %s event %d of run %s: %w", e.Type, e.Seq, e.RunID, err)
+	}
+	return nil
+}
+
+// Subject is the JetStream subject the event is stored under.
+func (e *Event) Subject() string { return EventSubject(e.Tenant, e.RunID, e.Type) }
+
+// MsgID is the Nats-Msg-Id of the event's publish, so a retried append is
+// deduplicated by the stream.
+func (e *Event) MsgID() string { return e.RunID + "/" + fmt.Sprint(e.Seq) }

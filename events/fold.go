@@ -1,0 +1,294 @@
+package events
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// Role says who a Turn of the model's context belongs to.
+type Role string
+
+// Roles of the model's context.
+const (
+	RoleUser        Role = "user"        // the task input
+	RoleAssistant   Role = "assistant"   // a decision the model made
+	RoleObservation Role = "observation" // what loopgate handed back
+)
+
+// Turn is one entry of the model's context, rebuilt from events.
+type Turn struct {
+	Role     Role            `json:"role"`
+	Step     int             `json:"step"`
+	Decision *Decision       `json:"decision,omitempty"`
+	CallID   string          `json:"call_id,omitempty"`
+	Tool     string          `json:"tool,omitempty"`
+	Content  json.RawMessage `json:"content,omitempty"`
+}
+
+// CallState is what the events say about one proposed call.
+type CallState struct {
+	Call      ToolCall
+	Validated *ValidatedData
+	Denied    *DeniedData
+	Executing []ExecutingData
+	Executed  []ExecutedData
+	Observed  bool
+}
+
+// Attempts is how many attempts of the call were begun.
+func (c *CallState) Attempts() int { return len(c.Executing) }
+
+// InFlight reports whether an attempt began (executing) without an end
+// (executed): an unknown outcome after a crash.
+func (c *CallState) InFlight() bool { return len(c.Executing) > len(c.Executed) }
+
+// LastExecuted returns the latest attempt's end, or nil.
+func (c *CallState) LastExecuted() *ExecutedData {
+	if len(c.Executed) == 0 {
+		return nil
+	}
+	return &c.Executed[len(c.Executed)-1]
+}
+
+// RunState is a run folded from its events: everything a worker needs to
+// continue it, and nothing it would have to keep in memory between steps.
+type RunState struct {
+	RunID   string
+	Tenant  string
+	Started *StartedData
+
+	LastSeq   uint64 // the run's own seq of its last event (0: no events)
+	LastType  Type
+	LastTime  time.Time
+	FirstTime time.Time
+
+	Steps            int
+	ToolCalls        int
+	PerTool          map[string]int
+	InvalidDecisions int
+	Rejected         int            // calls refused by validation
+	Corrections      map[string]int // refused calls, per tool name
+	Repeats          map[string]int // validated calls, per tool + args hash
+	Quarantined      map[string]bool
+	ObservationBytes int
+	Usage            Usage
+	Active           time.Duration
+
+	// The latest decision and the progress of its calls, in call order.
+	Current      *Decision
+	CurrentStep  int
+	CurrentCalls []*CallState
+	// CurrentInvalid holds why the latest decision was invalid, and
+	// DecisionObserved is set once the model got that error back.
+	CurrentInvalid   []FieldError
+	DecisionObserved bool
+
+	Rejection *RejectedData
+	Finished  *FinishedData
+	History   []Turn
+}
+
+// Fold replays events, which must be one run's in seq order starting at 1,
+// into its state. It fails on a gap, a foreign event or an undecodable
+// payload: the audit log is the truth and must be whole.
+func Fold(evs []Event) (*RunState, error) {
+	s := &RunState{
+		PerTool:     map[string]int{},
+		Corrections: map[string]int{},
+		Repeats:     map[string]int{},
+		Quarantined: map[string]bool{},
+	}
+	for i := range evs {
+		if err := s.Apply(&evs[i]); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// RepeatKey identifies "the same call": the same tool with the same
+// canonical arguments.
+func RepeatKey(tool, argsHash string) string { return tool + "\x00" + argsHash }
+
+// Call returns the state of the current decision's call id, or nil.
+func (s *RunState) Call(id string) *CallState {
+	for _, c := range s.CurrentCalls {
+		if c.Call.ID == id {
+			return c
+		}
+	}
+	return nil
+}
+
+// Apply folds one more event into s. The worker applies each event it
+// appends, so its state is always exactly what a fresh fold would give.
+func (s *RunState) Apply(e *Event) error {
+	if e.Seq != s.LastSeq+1 {
+		return fmt.Errorf("run %s: event seq %d follows %d: the trail has a gap", e.RunID, e.Seq, s.LastSeq)
+	}
+	if s.LastSeq == 0 {
+		s.RunID, s.Tenant, s.FirstTime = e.RunID, e.Tenant, e.Time
+	} else {
+		if e.RunID != s.RunID {
+			return fmt.Errorf("event %s of run %s folded into run %s", e.EventID, e.RunID, s.RunID)
+		}
+		// Time parked waiting for a human is not active time.
+		if s.LastType != TypeParked && e.Time.After(s.LastTime) {
+			s.Active += e.Time.Sub(s.LastTime)
+		}
+	}
+	s.LastSeq, s.LastType, s.LastTime = e.Seq, e.Type, e.Time
+
+	switch e.Type {
+	case TypeRejected:
+		var d RejectedData
+		if err := e.Decode(&d); err != nil {
+			return err
+		}
+		s.Rejection = &d
+	case TypeStarted:
+		var d StartedData
+		if err := e.Decode(&d); err != nil {
+			return err
+		}
+		s.Started = &d
+		s.History = append(s.History, Turn{Role: RoleUser, Content: d.Task.Input})
+	case TypeProposed:
+		var d ProposedData
+		if err := e.Decode(&d); err != nil {
+			return err
+		}
+		s.Steps = e.Step
+		s.CurrentStep = e.Step
+		s.Usage.InputTokens += d.Usage.InputTokens
+		s.Usage.OutputTokens += d.Usage.OutputTokens
+		s.Current, s.CurrentCalls, s.DecisionObserved = d.Decision, nil, false
+		s.CurrentInvalid = d.Invalid
+		if d.Decision == nil {
+			s.InvalidDecisions++
+			// The model must see what it said to correct it.
+			raw := d.Raw
+			if raw == nil {
+				raw, _ = json.Marshal(d.RawText)
+			}
+			s.History = append(s.History, Turn{Role: RoleAssistant, Step: e.Step, Content: raw})
+			break
+		}
+		for _, c := range d.Decision.ToolCalls {
+			s.CurrentCalls = append(s.CurrentCalls, &CallState{Call: c})
+		}
+		s.History = append(s.History, Turn{Role: RoleAssistant, Step: e.Step, Decision: d.Decision})
+	case TypeValidated:
+		var d ValidatedData
+		if err := e.Decode(&d); err != nil {
+			return err
+		}
+		c, err := s.callOf(e)
+		if err != nil {
+			return err
+		}
+		c.Validated = &d
+		if d.Status == ValidOK {
+			s.Repeats[RepeatKey(c.Call.Tool, d.ArgsHash)]++
+		} else {
+			s.Rejected++
+			s.Corrections[c.Call.Tool]++
+		}
+	case TypeDenied:
+		var d DeniedData
+		if err := e.Decode(&d); err != nil {
+			return err
+		}
+		c, err := s.callOf(e)
+		if err != nil {
+			return err
+		}
+		c.Denied = &d
+	case TypeExecuting:
+		var d ExecutingData
+		if err := e.Decode(&d); err != nil {
+			return err
+		}
+		c, err := s.callOf(e)
+		if err != nil {
+			return err
+		}
+		if len(c.Executing) == 0 {
+			s.ToolCalls++
+			s.PerTool[c.Call.Tool]++
+		}
+		c.Executing = append(c.Executing, d)
+	case TypeExecuted:
+		var d ExecutedData
+		if err := e.Decode(&d); err != nil {
+			return err
+		}
+		c, err := s.callOf(e)
+		if err != nil {
+			return err
+		}
+		if d.Status == ExecDryRun {
+			// A preview is a call made, for the budgets, without an attempt.
+			s.ToolCalls++
+			s.PerTool[c.Call.Tool]++
+		}
+		if d.Status == ExecToolFailed {
+			s.Quarantined[c.Call.Tool] = true
+		}
+		c.Executed = append(c.Executed, d)
+	case TypeObserved:
+		var d ObservedData
+		if err := e.Decode(&d); err != nil {
+			return err
+		}
+		s.ObservationBytes += d.Bytes
+		if e.CallID == "" {
+			s.DecisionObserved = true
+		} else {
+			c, err := s.callOf(e)
+			if err != nil {
+				return err
+			}
+			c.Observed = true
+		}
+		s.History = append(s.History, Turn{Role: RoleObservation, Step: e.Step, CallID: e.CallID, Tool: e.Tool, Content: d.Observation})
+	case TypeFinished:
+		var d FinishedData
+		if err := e.Decode(&d); err != nil {
+			return err
+		}
+		s.Finished = &d
+	case TypeApprovalRequested, TypeParked, TypeApproved:
+		// The write path folds these; the core loop only keeps their time.
+	default:
+		return fmt.Errorf("run %s: event %d has unknown type %q", e.RunID, e.Seq, e.Type)
+	}
+	return nil
+}
+
+func (s *RunState) callOf(e *Event) (*CallState, error) {
+	if e.Step != s.CurrentStep {
+		return nil, fmt.Errorf("run %s: %s event %d is for step %d, current step is %d", e.RunID, e.Type, e.Seq, e.Step, s.CurrentStep)
+	}
+	c := s.Call(e.CallID)
+	if c == nil {
+		return nil, fmt.Errorf("run %s: %s event %d names call %q, not in the current decision", e.RunID, e.Type, e.Seq, e.CallID)
+	}
+	return c, nil
+}
+
+// Totals summarises s for a finished event.
+func (s *RunState) Totals() Totals {
+	return Totals{
+		Steps:            s.Steps,
+		ToolCalls:        s.ToolCalls,
+		PerTool:          s.PerTool,
+		InvalidDecisions: s.InvalidDecisions,
+		Rejected:         s.Rejected,
+		Usage:            s.Usage,
+		ActiveMS:         s.Active.Milliseconds(),
+		ObservationBytes: s.ObservationBytes,
+		Events:           int(s.LastSeq) + 1,
+	}
+}

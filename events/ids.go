@@ -1,0 +1,51 @@
+package events
+
+import (
+	"fmt"
+	"strconv"
+
+	"github.com/google/uuid"
+)
+
+// namespace roots every name-based UUID loopgate mints. Changing it would
+// change every run and operation id: it is part of the wire contract.
+var namespace = uuid.MustParse("6f1c8a52-3d0e-4b7a-9a51-0c2d6e7f4b10")
+
+// RunID derives a run's id from the tenant and the client's task id (a UUID
+// v5), so a redelivered or republished task finds its run instead of
+// starting a second one.
+func RunID(tenant, taskID string) string {
+	return uuid.NewSHA1(namespace, []byte("run\x00"+tenant+"\x00"+taskID)).String()
+}
+
+// RejectedRunID names the run a malformed task is rejected under when the
+// task carries no usable task_id. It is derived from the work-stream
+// sequence, so a redelivery of the same message lands on the same id.
+func RejectedRunID(tenant string, streamSeq uint64) string {
+	return uuid.NewSHA1(namespace, []byte("rejected\x00"+tenant+"\x00"+strconv.FormatUint(streamSeq, 10))).String()
+}
+
+// CallID names the index-th call (1-based) of the decision at step. It is
+// minted by loopgate, never taken from the model, and is one subject token.
+func CallID(step, index int) string { return fmt.Sprintf("s%dc%d", step, index) }
+
+// OperationID derives the idempotency key of one call of one run. It is
+// stable across retries, redeliveries and restarts, and is never chosen by
+// the model nor derived from the date.
+func OperationID(runID, callID string) string {
+	return uuid.NewSHA1(namespace, []byte("op\x00"+runID+"\x00"+callID)).String()
+}
+
+// IDSource mints event ids. Implementations must be safe for concurrent use.
+type IDSource interface {
+	NewEventID() string
+}
+
+// IDFunc adapts a function to IDSource.
+type IDFunc func() string
+
+// NewEventID calls f.
+func (f IDFunc) NewEventID() string { return f() }
+
+// UUIDv7 is the production IDSource: time-ordered UUID v7 ids.
+var UUIDv7 IDSource = IDFunc(func() string { return uuid.Must(uuid.NewV7()).String() })

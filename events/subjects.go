@@ -1,0 +1,65 @@
+package events
+
+import (
+	"fmt"
+	"regexp"
+	"strings"
+)
+
+// Subject prefixes of the v1 wire contract.
+const (
+	TasksPrefix     = "loopgate.tasks"
+	ResumePrefix    = "loopgate.resume"
+	EventsPrefix    = "loopgate.events"
+	ApprovalsPrefix = "loopgate.approvals"
+)
+
+// tokenPattern is what a tenant, run id or call id must look like to be one
+// subject token: no dots, wildcards or whitespace.
+var tokenPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+// ValidToken reports whether s can stand as one subject token.
+func ValidToken(s string) bool { return tokenPattern.MatchString(s) }
+
+// TaskSubject is where upstream systems publish a tenant's tasks.
+func TaskSubject(tenant string) string { return TasksPrefix + "." + tenant }
+
+// ResumeSubject is where a parked run of a tenant is woken.
+func ResumeSubject(tenant, runID string) string {
+	return ResumePrefix + "." + tenant + "." + runID
+}
+
+// EventSubject is where an event of a run is stored.
+func EventSubject(tenant, runID string, t Type) string {
+	return EventsPrefix + "." + tenant + "." + runID + "." + string(t)
+}
+
+// RunFilter matches every event of one run: the subject filter for loading
+// it and the expected-last-subject-sequence subject for appending to it.
+func RunFilter(tenant, runID string) string {
+	return EventsPrefix + "." + tenant + "." + runID + ".*"
+}
+
+// AnyTenantRunFilter matches every event of one run when its tenant is not
+// known (loopgate audit RUN_ID).
+func AnyTenantRunFilter(runID string) string {
+	return EventsPrefix + ".*." + runID + ".*"
+}
+
+// ApprovalSubject is where approvers publish a decision on one call.
+func ApprovalSubject(tenant, runID, callID string) string {
+	return ApprovalsPrefix + "." + tenant + "." + runID + "." + callID
+}
+
+// ParseWorkSubject splits a subject of the work stream into its kind
+// ("tasks" or "resume"), tenant and, for resume, run id.
+func ParseWorkSubject(subject string) (kind, tenant, runID string, err error) {
+	parts := strings.Split(subject, ".")
+	switch {
+	case len(parts) == 3 && parts[0] == "loopgate" && parts[1] == "tasks" && ValidToken(parts[2]):
+		return "tasks", parts[2], "", nil
+	case len(parts) == 4 && parts[0] == "loopgate" && parts[1] == "resume" && ValidToken(parts[2]) && ValidToken(parts[3]):
+		return "resume", parts[2], parts[3], nil
+	}
+	return "", "", "", fmt.Errorf("not a loopgate work subject: %q", subject)
+}

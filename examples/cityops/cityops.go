@@ -1,0 +1,100 @@
+package cityops
+
+import (
+	"cmp"
+	"embed"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/loopgate/loopgate/tools"
+)
+
+// Files holds the example's configuration, ready to load without the source
+// tree: loopgate.yaml at the root, the tools' argument schemas under
+// schemas/ and the scripted model's decision files under scripts/. Paths in
+// loopgate.yaml are relative to its root.
+//
+//go:embed loopgate.yaml schemas/*.json scripts/*.json
+var Files embed.FS
+
+// ConfigFile is the name of the example's configuration in [Files].
+const ConfigFile = "loopgate.yaml"
+
+// Tool names, as the manifests in loopgate.yaml and the scripts use them.
+const (
+	ToolLookupComplaints = "lookup_complaints"
+	ToolGetProcedure     = "get_procedure"
+	ToolDraftEscalation  = "draft_escalation"
+	ToolSlowLookup       = "slow_lookup"
+)
+
+// Options configure the example's tools.
+type Options struct {
+	// Outbox is the directory draft_escalation writes drafts to; it is
+	// created on the first draft. Required.
+	Outbox string
+	// SlowDelay is how long slow_lookup hangs before it answers, unless its
+	// context ends first. Defaults to 30s.
+	SlowDelay time.Duration
+}
+
+func (o Options) withDefaults() Options {
+	o.SlowDelay = cmp.Or(o.SlowDelay, 30*time.Second)
+	return o
+}
+
+func (o Options) validate() error {
+	if o.Outbox == "" {
+		return errors.New("cityops: Options.Outbox is required")
+	}
+	if o.SlowDelay < 0 {
+		return fmt.Errorf("cityops: Options.SlowDelay %s is negative", o.SlowDelay)
+	}
+	return nil
+}
+
+// Register adds the example's four tools to b: lookup_complaints,
+// get_procedure, draft_escalation and slow_lookup. It adds all of them or,
+// on error, none. The tools are safe for concurrent use.
+func Register(b tools.Builtins, opts Options) error {
+	if b == nil {
+		return errors.New("cityops: register: nil Builtins")
+	}
+	opts = opts.withDefaults()
+	if err := opts.validate(); err != nil {
+		return err
+	}
+	d, err := loadData()
+	if err != nil {
+		return err
+	}
+	ts := &toolset{opts: opts, data: d}
+	fns := map[string]tools.Func{
+		ToolLookupComplaints: ts.lookupComplaints,
+		ToolGetProcedure:     ts.getProcedure,
+		ToolDraftEscalation:  ts.draftEscalation,
+		ToolSlowLookup:       ts.slowLookup,
+	}
+	for name := range fns {
+		if _, taken := b[name]; taken {
+			return fmt.Errorf("cityops: register builtin %q: already registered", name)
+		}
+	}
+	for name, fn := range fns {
+		if err := b.Register(name, fn); err != nil {
+			return fmt.Errorf("cityops: %w", err)
+		}
+	}
+	return nil
+}
+
+// toolset is the state the tools share: the options, the read-only data and
+// the lock that makes a draft's check-then-write one step.
+type toolset struct {
+	opts Options
+	data *data
+
+	draftMu sync.Mutex
+}

@@ -1,0 +1,173 @@
+package cityops
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/loopgate/loopgate/tools"
+)
+
+// draftArgs are draft_escalation's arguments. The operation id is not one
+// of them: loopgate mints it and passes it in tools.Call.
+type draftArgs struct {
+	RequestID string `json:"request_id"`
+	Reason    string `json:"reason"`
+}
+
+// Bounds of draftArgs.Reason, mirrored by schemas/draft_escalation.schema.json.
+const (
+	minReasonLen = 10
+	maxReasonLen = 500
+)
+
+// ApprovalLine ends every draft: the outbox is a queue of proposals for
+// people, and a draft says so in words nobody can miss.
+const ApprovalLine = "Status: PENDING HUMAN APPROVAL — not sent."
+
+// operationIDPattern keeps an operation id usable as part of a file name:
+// no separators, no dots, nothing a path could be steered with.
+var operationIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$`)
+
+// errDraftConflict: the operation id already names a draft with other
+// content. It is not a retry of the same action, and overwriting would
+// silently replace what a supervisor may already be reading.
+var errDraftConflict = errors.New("draft conflict")
+
+// draftResult is draft_escalation's answer when the draft exists.
+type draftResult struct {
+	DraftPath string `json:"draft_path"`
+	RequestID string `json:"request_id"`
+	Status    string `json:"status"`
+}
+
+// draftRefused is draft_escalation's answer for a request id the table does
+// not have: data the model can correct, not a tool failure.
+type draftRefused struct {
+	Created bool   `json:"created"`
+	Error   string `json:"error"`
+}
+
+// draftName is the outbox file of one operation.
+func draftName(operationID string) string { return "escalation-" + operationID + ".txt" }
+
+// draftEscalation is the draft_escalation tool. It writes one draft per
+// operation id, atomically (temp file, then rename), and is idempotent: the
+// same operation id with the same content finds the file already there and
+// returns the same result. It never sends anything.
+func (ts *toolset) draftEscalation(ctx context.Context, call tools.Call) (any, error) {
+	if call.OperationID == "" {
+		return nil, fmt.Errorf("%s: no operation id: loopgate must mint one for every write", call.Tool)
+	}
+	if !operationIDPattern.MatchString(call.OperationID) {
+		return nil, fmt.Errorf("%s: operation id %q is not usable in a file name", call.Tool, call.OperationID)
+	}
+	var a draftArgs
+	if err := decodeStrict(call.Args, &a); err != nil {
+		return nil, fmt.Errorf("%s: %w: %w", call.Tool, errInvalidArgs, err)
+	}
+	if !requestIDPattern.MatchString(a.RequestID) {
+		return nil, fmt.Errorf("%s: %w: request_id %q does not look like SR-00000", call.Tool, errInvalidArgs, a.RequestID)
+	}
+	if n := utf8.RuneCountInString(a.Reason); n < minReasonLen || n > maxReasonLen {
+		return nil, fmt.Errorf("%s: %w: reason must be %d..%d characters, got %d", call.Tool, errInvalidArgs, minReasonLen, maxReasonLen, n)
+	}
+	c, ok := ts.data.byID[a.RequestID]
+	if !ok {
+		return draftRefused{Created: false, Error: "unknown request_id " + a.RequestID}, nil
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+
+	name := draftName(call.OperationID)
+	content := renderDraft(c, a.Reason, call.OperationID)
+	result := draftResult{DraftPath: name, RequestID: c.RequestID, Status: "pending_approval"}
+
+	ts.draftMu.Lock()
+	defer ts.draftMu.Unlock()
+	path := filepath.Join(ts.opts.Outbox, name)
+	switch have, err := os.ReadFile(path); {
+	case err == nil && bytes.Equal(have, content):
+		return result, nil
+	case err == nil:
+		return nil, fmt.Errorf("%s: operation %s: %w: %s holds a different draft", call.Tool, call.OperationID, errDraftConflict, name)
+	case !errors.Is(err, fs.ErrNotExist):
+		return nil, fmt.Errorf("%s: operation %s: read existing draft: %w", call.Tool, call.OperationID, err)
+	}
+	if err := writeAtomic(ts.opts.Outbox, name, content); err != nil {
+		return nil, fmt.Errorf("%s: operation %s: %w", call.Tool, call.OperationID, err)
+	}
+	return result, nil
+}
+
+// renderDraft is the text of one draft. It depends only on its inputs (no
+// clock), so a retry renders the same bytes.
+func renderDraft(c Complaint, reason, operationID string) []byte {
+	var b strings.Builder
+	fmt.Fprintf(&b, "ESCALATION DRAFT — %s\n\n", c.RequestID)
+	fmt.Fprintf(&b, "Request:   %s\n", c.RequestID)
+	fmt.Fprintf(&b, "Category:  %s\n", c.Category)
+	fmt.Fprintf(&b, "Address:   %s\n", c.Address)
+	fmt.Fprintf(&b, "Summary:   %s\n", c.Summary)
+	fmt.Fprintf(&b, "Days open: %d\n", c.DaysOpen)
+	fmt.Fprintf(&b, "Reason:    %s\n", oneLine(reason))
+	fmt.Fprintf(&b, "Operation: %s\n\n", operationID)
+	b.WriteString(ApprovalLine + "\n")
+	return []byte(b.String())
+}
+
+// oneLine flattens the model's text to a single line, so a reason cannot
+// forge lines of its own (a second "Status:" line, say) in the draft.
+func oneLine(s string) string {
+	s = strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) || unicode.In(r, unicode.Zl, unicode.Zp, unicode.Cf) {
+			return ' '
+		}
+		return r
+	}, s)
+	return strings.Join(strings.Fields(s), " ")
+}
+
+// writeAtomic writes name in dir through a synced temporary file and a
+// rename, so a reader sees either no draft or the whole draft.
+func writeAtomic(dir, name string, content []byte) (err error) {
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return fmt.Errorf("create outbox: %w", err)
+	}
+	f, err := os.CreateTemp(dir, ".escalation-*.tmp")
+	if err != nil {
+		return fmt.Errorf("create temp draft: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			_ = os.Remove(f.Name())
+		}
+	}()
+	if _, err := f.Write(content); err != nil {
+		_ = f.Close()
+		return fmt.Errorf("write temp draft: %w", err)
+	}
+	if err := f.Sync(); err != nil {
+		_ = f.Close()
+		return fmt.Errorf("sync temp draft: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("close temp draft: %w", err)
+	}
+	if err := os.Chmod(f.Name(), 0o640); err != nil {
+		return fmt.Errorf("chmod temp draft: %w", err)
+	}
+	if err := os.Rename(f.Name(), filepath.Join(dir, name)); err != nil {
+		return fmt.Errorf("rename draft into place: %w", err)
+	}
+	return nil
+}

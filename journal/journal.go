@@ -1,0 +1,476 @@
+package journal
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"iter"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/loopgate/loopgate/events"
+)
+
+// ErrConflict means another writer appended to the run after the sequence
+// the append expected: the caller is no longer the run's writer. Reload the
+// run and back off; never retry the same append blindly. Errors matching it
+// are *ConflictError.
+var ErrConflict = errors.New("journal: another writer appended to the run")
+
+// ConflictError is the error Append returns when the run's last event is
+// not the one it expected. It matches ErrConflict.
+type ConflictError struct {
+	Tenant string
+	RunID  string
+	// Seq is the run's own seq of the event that was not appended.
+	Seq uint64
+	// Expected is the stream seq the append expected as the run's last.
+	Expected uint64
+	// Err is the server's answer: wrong last sequence (10071 on a single
+	// server, 10164 on a replicated stream), a duplicate in process (10158),
+	// or a duplicate Nats-Msg-Id whose stored event is another writer's.
+	Err error
+}
+
+func (e *ConflictError) Error() string {
+	return fmt.Sprintf("journal: append event %d of run %s/%s after stream seq %d: another writer appended first: %v",
+		e.Seq, e.Tenant, e.RunID, e.Expected, e.Err)
+}
+
+// Is reports whether target is ErrConflict.
+func (e *ConflictError) Is(target error) bool { return target == ErrConflict }
+
+// Unwrap returns the server's answer.
+func (e *ConflictError) Unwrap() error { return e.Err }
+
+// DecodeError is a message of StreamEvents that is not a valid event: not
+// an event envelope, or an envelope that does not belong on its subject.
+type DecodeError struct {
+	StreamSeq uint64
+	Subject   string
+	Err       error
+}
+
+func (e *DecodeError) Error() string {
+	return fmt.Sprintf("journal: %s stream seq %d (%s): %v", StreamEvents, e.StreamSeq, e.Subject, e.Err)
+}
+
+// Unwrap returns the cause.
+func (e *DecodeError) Unwrap() error { return e.Err }
+
+// codeDuplicateInProcess is JetStream's "duplicate message id is in
+// process": on a replicated stream, another publish of the same Nats-Msg-Id
+// (the same run seq) is being stored right now. nats.go has no constant.
+const codeDuplicateInProcess jetstream.ErrorCode = 10158
+
+// Reading a run or a filter uses an ordered consumer: ephemeral, in memory,
+// deleted when the read ends. The inactive thresholds only reap consumers
+// whose reader died.
+const (
+	readInactive  = 10 * time.Second
+	watchInactive = 30 * time.Second
+	readBatch     = 256
+	dropTimeout   = 2 * time.Second
+)
+
+// Journal appends events to and reads them from StreamEvents, and keeps the
+// BucketRuns projection. It is safe for concurrent use.
+type Journal struct {
+	js     jetstream.JetStream
+	events jetstream.Stream
+
+	mu   sync.Mutex
+	runs jetstream.KeyValue // opened on first PutRun
+}
+
+// New opens the journal on js. StreamEvents must exist (see Ensure).
+func New(ctx context.Context, js jetstream.JetStream) (*Journal, error) {
+	st, err := js.Stream(ctx, StreamEvents)
+	if err != nil {
+		return nil, fmt.Errorf("journal: open stream %s (was Ensure run?): %w", StreamEvents, err)
+	}
+	return &Journal{js: js, events: st}, nil
+}
+
+// Append stores evs, in order, as the next events of their run, each only
+// if the run's last event is still the one the caller knows: lastStreamSeq
+// is the stream seq of the run's last event (0: the run has no events yet),
+// as returned by Load or the previous Append. All evs must belong to one
+// run. It returns the stream seq of the last event appended, the caller's
+// next lastStreamSeq.
+//
+// Each event is published to its subject with Nats-Msg-Id <run_id>/<seq>
+// and an expected last sequence for the run's subject filter, so of two
+// writers racing on one run exactly one succeeds; the other gets an error
+// matching ErrConflict. A retried Append of events that were stored but
+// not acknowledged (a timeout, a lost ack) succeeds without storing them
+// twice, as long as the events are identical, byte for byte, to the first
+// attempt's (the same EventID and Time). The same run seq with other
+// content is a conflict. The Nats-Msg-Id does not name the tenant, so run
+// ids must be unique across tenants, as events.RunID makes them: the same
+// run id in two tenants within the 2m duplicate window reads as a conflict.
+//
+// On error the returned seq is that of the last event known to be stored
+// (lastStreamSeq if none was). Cancelling ctx abandons the publish in
+// flight, whose outcome is then unknown: retry the Append or reload.
+func (j *Journal) Append(ctx context.Context, lastStreamSeq uint64, evs ...events.Event) (uint64, error) {
+	last := lastStreamSeq
+	if len(evs) == 0 {
+		return last, nil
+	}
+	tenant, runID := evs[0].Tenant, evs[0].RunID
+	if err := checkRun(tenant, runID); err != nil {
+		return last, fmt.Errorf("journal: append: %w", err)
+	}
+	filter := events.RunFilter(tenant, runID)
+	for i := range evs {
+		e := &evs[i]
+		if e.Tenant != tenant || e.RunID != runID {
+			return last, fmt.Errorf("journal: append: event %d is for run %s/%s, not %s/%s: one run per append",
+				i, e.Tenant, e.RunID, tenant, runID)
+		}
+		if !events.ValidToken(string(e.Type)) {
+			return last, fmt.Errorf("journal: append: event %d of run %s has type %q, not a subject token", e.Seq, runID, e.Type)
+		}
+		data, err := json.Marshal(e)
+		if err != nil {
+			return last, fmt.Errorf("journal: append: encode %s event %d of run %s: %w", e.Type, e.Seq, runID, err)
+		}
+		msg := &nats.Msg{Subject: e.Subject(), Data: data}
+		ack, err := j.js.PublishMsg(ctx, msg,
+			jetstream.WithMsgID(e.MsgID()),
+			jetstream.WithExpectStream(StreamEvents),
+			jetstream.WithExpectLastSequenceForSubject(last, filter))
+		conflict := func(cause error) error {
+			return &ConflictError{Tenant: tenant, RunID: runID, Seq: e.Seq, Expected: last, Err: cause}
+		}
+		switch {
+		case err == nil && !ack.Duplicate:
+			last = ack.Sequence
+		case err == nil:
+			// The stream already holds a message with this Nats-Msg-Id
+			// (<run_id>/<seq>): our own earlier attempt, or another
+			// writer's event with the same run seq. Only the content
+			// tells them apart.
+			ours, err := j.storedAt(ctx, ack.Sequence, msg)
+			if err != nil {
+				return last, fmt.Errorf("journal: append: check duplicate %s event %d of run %s: %w", e.Type, e.Seq, runID, err)
+			}
+			if !ours {
+				return last, conflict(fmt.Errorf("stream seq %d holds another event with Nats-Msg-Id %s", ack.Sequence, e.MsgID()))
+			}
+			last = max(last, ack.Sequence)
+		case isConflict(err):
+			// A single server checks the expectation before the
+			// Nats-Msg-Id, so a retry of an event that was stored (ack
+			// lost) lands here. Then our event is the run's next one.
+			seq, ours, gerr := j.storedNext(ctx, last, filter, msg)
+			if gerr != nil {
+				return last, fmt.Errorf("journal: append: check conflict on %s event %d of run %s: %w (after %w)", e.Type, e.Seq, runID, gerr, err)
+			}
+			if !ours {
+				return last, conflict(err)
+			}
+			last = seq
+		default:
+			return last, fmt.Errorf("journal: append %s event %d of run %s/%s: %w", e.Type, e.Seq, tenant, runID, err)
+		}
+	}
+	return last, nil
+}
+
+// isConflict reports whether err is JetStream refusing a publish because of
+// its expected last sequence, or because the same Nats-Msg-Id is being
+// stored concurrently. Replicated streams answer 10164 where a single
+// server answers 10071.
+func isConflict(err error) bool {
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) {
+		return false
+	}
+	switch apiErr.ErrorCode {
+	case jetstream.JSErrCodeStreamWrongLastSequence,
+		jetstream.JSErrCodeStreamWrongLastSequenceConstant,
+		codeDuplicateInProcess:
+		return true
+	}
+	return false
+}
+
+// storedAt reports whether the message at stream seq is msg.
+func (j *Journal) storedAt(ctx context.Context, seq uint64, msg *nats.Msg) (bool, error) {
+	m, err := j.events.GetMsg(ctx, seq)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return m.Subject == msg.Subject && bytes.Equal(m.Data, msg.Data), nil
+}
+
+// storedNext reports whether the first message on filter after stream seq
+// after is msg, and its seq.
+func (j *Journal) storedNext(ctx context.Context, after uint64, filter string, msg *nats.Msg) (uint64, bool, error) {
+	m, err := j.events.GetMsg(ctx, after+1, jetstream.WithGetMsgSubject(filter))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, err
+	}
+	return m.Sequence, m.Subject == msg.Subject && bytes.Equal(m.Data, msg.Data), nil
+}
+
+// Load returns every event of a run, in order, and the stream seq of the
+// last one (0 and no events for a run that has none), which is what the
+// next Append expects. A run with no events costs one request; otherwise
+// an ordered consumer reads the run's subjects up to that last event.
+// Events appended while Load runs may or may not be included. An event that
+// does not decode, or does not belong on its subject, is a *DecodeError
+// naming its stream seq.
+func (j *Journal) Load(ctx context.Context, tenant, runID string) ([]events.Event, uint64, error) {
+	if err := checkRun(tenant, runID); err != nil {
+		return nil, 0, fmt.Errorf("journal: load: %w", err)
+	}
+	evs, last, err := j.readNow(ctx, events.RunFilter(tenant, runID))
+	if err != nil {
+		return nil, 0, fmt.Errorf("journal: load run %s/%s: %w", tenant, runID, err)
+	}
+	return evs, last, nil
+}
+
+// Replay returns the events on filter (a subject filter within
+// loopgate.events.>, such as events.RunFilter or events.AnyTenantRunFilter)
+// that exist now, in stream order, and stops. It returns no events and no
+// error when nothing matches. Events appended meanwhile may or may not be
+// included.
+func (j *Journal) Replay(ctx context.Context, filter string) ([]events.Event, error) {
+	evs, _, err := j.readNow(ctx, filter)
+	if err != nil {
+		return nil, fmt.Errorf("journal: replay %s: %w", filter, err)
+	}
+	return evs, nil
+}
+
+// readNow reads the events on filter up to the last one stored now.
+func (j *Journal) readNow(ctx context.Context, filter string) ([]events.Event, uint64, error) {
+	lastMsg, err := j.events.GetLastMsgForSubject(ctx, filter)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil, 0, nil
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("last message: %w", err)
+	}
+	last, err := decode(lastMsg.Subject, lastMsg.Sequence, lastMsg.Data)
+	if err != nil {
+		return nil, 0, err
+	}
+	if last.Seq == 1 && filter == events.RunFilter(last.Tenant, last.RunID) {
+		// A run's first event is all there is: no need for a consumer.
+		return []events.Event{last}, lastMsg.Sequence, nil
+	}
+
+	cons, err := j.events.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
+		FilterSubjects:    []string{filter},
+		InactiveThreshold: readInactive,
+		MaxResetAttempts:  3,
+	})
+	if err != nil {
+		return nil, 0, fmt.Errorf("ordered consumer: %w", err)
+	}
+	defer j.drop(ctx, cons)
+	if info := cons.CachedInfo(); info != nil && info.NumPending == 0 {
+		return nil, 0, nil // aged out since GetLastMsgForSubject
+	}
+	it, err := cons.Messages(jetstream.PullMaxMessages(readBatch))
+	if err != nil {
+		return nil, 0, fmt.Errorf("read: %w", err)
+	}
+	defer it.Stop()
+
+	var (
+		out []events.Event
+		seq uint64
+	)
+	for {
+		msg, err := it.Next(jetstream.NextContext(ctx))
+		if err != nil {
+			return nil, 0, fmt.Errorf("read after stream seq %d: %w", seq, err)
+		}
+		md, err := msg.Metadata()
+		if err != nil {
+			return nil, 0, fmt.Errorf("read after stream seq %d: %w", seq, err)
+		}
+		seq = md.Sequence.Stream
+		e, err := decode(msg.Subject(), seq, msg.Data())
+		if err != nil {
+			return nil, 0, err
+		}
+		out = append(out, e)
+		if seq >= lastMsg.Sequence || md.NumPending == 0 {
+			return out, seq, nil
+		}
+	}
+}
+
+// Watch yields every event on filter (see Replay), from the first stored
+// one, then live ones as they are appended, in stream order. It follows
+// until ctx is done, then ends without an error. A message that is not a
+// valid event is yielded as a *DecodeError and watching goes on; any other
+// error is yielded last. Each range over the sequence opens its own
+// consumer, deleted when the range ends; stop early by breaking out.
+func (j *Journal) Watch(ctx context.Context, filter string) iter.Seq2[events.Event, error] {
+	return func(yield func(events.Event, error) bool) {
+		fail := func(err error) {
+			if ctx.Err() == nil {
+				yield(events.Event{}, fmt.Errorf("journal: watch %s: %w", filter, err))
+			}
+		}
+		cons, err := j.events.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
+			FilterSubjects:    []string{filter},
+			InactiveThreshold: watchInactive,
+		})
+		if err != nil {
+			fail(err)
+			return
+		}
+		defer j.drop(ctx, cons)
+		it, err := cons.Messages(jetstream.PullMaxMessages(readBatch))
+		if err != nil {
+			fail(err)
+			return
+		}
+		defer it.Stop()
+		for {
+			msg, err := it.Next(jetstream.NextContext(ctx))
+			if err != nil {
+				fail(err)
+				return
+			}
+			md, err := msg.Metadata()
+			if err != nil {
+				fail(err)
+				return
+			}
+			e, err := decode(msg.Subject(), md.Sequence.Stream, msg.Data())
+			if !yield(e, err) {
+				return
+			}
+		}
+	}
+}
+
+// drop deletes an ordered consumer once its read is over, rather than
+// leaving it to the inactive threshold; it runs even after ctx is done.
+func (j *Journal) drop(ctx context.Context, cons jetstream.Consumer) {
+	info := cons.CachedInfo()
+	if info == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), dropTimeout)
+	defer cancel()
+	_ = j.events.DeleteConsumer(ctx, info.Name) // best effort: the threshold reaps it otherwise
+}
+
+func decode(subject string, streamSeq uint64, data []byte) (events.Event, error) {
+	var e events.Event
+	if err := json.Unmarshal(data, &e); err != nil {
+		return events.Event{}, &DecodeError{StreamSeq: streamSeq, Subject: subject, Err: err}
+	}
+	if e.Subject() != subject {
+		return events.Event{}, &DecodeError{StreamSeq: streamSeq, Subject: subject,
+			Err: fmt.Errorf("envelope of run %s/%s type %q does not belong on this subject", e.Tenant, e.RunID, e.Type)}
+	}
+	return e, nil
+}
+
+func checkRun(tenant, runID string) error {
+	if !events.ValidToken(tenant) {
+		return fmt.Errorf("tenant %q is not a valid subject token", tenant)
+	}
+	if !events.ValidToken(runID) {
+		return fmt.Errorf("run id %q is not a valid subject token", runID)
+	}
+	return nil
+}
+
+// RunRecord is a run's entry in BucketRuns, for listing runs without
+// replaying them. It is a projection of the run's events, rebuildable from
+// them; it matches the key <tenant>.<run_id>.
+type RunRecord struct {
+	RunID  string `json:"run_id"`
+	Tenant string `json:"tenant"`
+	TaskID string `json:"task_id"`
+	Agent  string `json:"agent"`
+	// Status is the run's state as the worker names it (running, parked,
+	// finished, ...).
+	Status string `json:"status"`
+	// Reason is why a finished run stopped (an events.Reason).
+	Reason string `json:"reason,omitempty"`
+	// LastSeq is the run's own seq of its last event (events.Event.Seq).
+	LastSeq uint64 `json:"last_seq"`
+	// Updated is when the writer produced this record, by its clock.
+	Updated time.Time `json:"updated"`
+}
+
+// PutRun writes r under <tenant>.<run_id> in BucketRuns unless the bucket
+// already holds a record of the run with a greater LastSeq, so a late
+// writer cannot roll the projection back. It is best effort: the events
+// stay the truth, and callers usually log an error rather than fail.
+func (j *Journal) PutRun(ctx context.Context, r RunRecord) error {
+	if err := checkRun(r.Tenant, r.RunID); err != nil {
+		return fmt.Errorf("journal: put run: %w", err)
+	}
+	kv, err := j.runsBucket(ctx)
+	if err != nil {
+		return err
+	}
+	key := r.Tenant + "." + r.RunID
+	data, err := json.Marshal(r)
+	if err != nil {
+		return fmt.Errorf("journal: put run %s: %w", key, err)
+	}
+	const attempts = 3
+	for range attempts {
+		entry, err := kv.Get(ctx, key)
+		switch {
+		case errors.Is(err, jetstream.ErrKeyNotFound):
+			_, err = kv.Create(ctx, key, data)
+		case err != nil:
+			return fmt.Errorf("journal: put run %s: %w", key, err)
+		default:
+			var cur RunRecord
+			if json.Unmarshal(entry.Value(), &cur) == nil && cur.LastSeq > r.LastSeq {
+				return nil
+			}
+			_, err = kv.Update(ctx, key, data, entry.Revision())
+		}
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, jetstream.ErrKeyExists) && !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+			return fmt.Errorf("journal: put run %s: %w", key, err)
+		}
+	}
+	return fmt.Errorf("journal: put run %s: still contended after %d attempts", key, attempts)
+}
+
+func (j *Journal) runsBucket(ctx context.Context) (jetstream.KeyValue, error) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.runs != nil {
+		return j.runs, nil
+	}
+	kv, err := j.js.KeyValue(ctx, BucketRuns)
+	if err != nil {
+		return nil, fmt.Errorf("journal: open bucket %s: %w", BucketRuns, err)
+	}
+	j.runs = kv
+	return kv, nil
+}

@@ -1,0 +1,215 @@
+package journal
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/loopgate/loopgate/events"
+)
+
+// Streams, buckets and the consumer of the v1 wire contract (see
+// docs/DESIGN.md, "JetStream layout").
+const (
+	// StreamWork holds new tasks (loopgate.tasks.<tenant>) and wake-ups of
+	// parked runs (loopgate.resume.<tenant>.<run_id>). Work-queue retention:
+	// a message is gone once a worker acks it.
+	StreamWork = "LOOPGATE_WORK"
+	// StreamEvents is the audit log and the runs' source of truth:
+	// loopgate.events.<tenant>.<run_id>.<type>, kept until an operator sets
+	// a max age.
+	StreamEvents = "LOOPGATE_EVENTS"
+	// StreamApprovals keeps approval decisions as published:
+	// loopgate.approvals.<tenant>.<run_id>.<call_id>.
+	StreamApprovals = "LOOPGATE_APPROVALS"
+
+	// BucketApprovals holds approval state per <run_id>.<call_id>.
+	BucketApprovals = "loopgate_approvals"
+	// BucketIdempotency holds one entry per <operation_id>. It is created
+	// with LimitMarkerTTL, so entries can carry their own TTL.
+	BucketIdempotency = "loopgate_idempotency"
+	// BucketRuns is the projection of runs for listing, per
+	// <tenant>.<run_id>; see Journal.PutRun.
+	BucketRuns = "loopgate_runs"
+
+	// ConsumerWorkers is the one durable pull consumer on StreamWork that
+	// every worker of every process shares: a work-queue stream allows one
+	// consumer per subject, and its MaxAckPending caps the whole pool.
+	ConsumerWorkers = "loopgate-workers"
+)
+
+// duplicateWindow is how long the streams remember a Nats-Msg-Id, so a
+// retried publish of a task or an event is stored once.
+const duplicateWindow = 2 * time.Minute
+
+// markerTTL is how long BucketIdempotency keeps the marker of a key its TTL
+// removed. Any positive value enables per-key TTLs.
+const markerTTL = time.Minute
+
+// Layout sizes what Ensure creates. The zero value is the single-node
+// default.
+type Layout struct {
+	// Replicas of every stream and bucket: 1 for one server, 3 for a
+	// cluster. Defaults to 1.
+	Replicas int
+	// AckWait is how long a worker may hold a work message, on its first
+	// delivery, before JetStream redelivers it, unless the worker sends
+	// InProgress. Each redelivery doubles the deadline (the consumer's
+	// BackOff), up to max(AckWait, 5m). Defaults to 30s.
+	AckWait time.Duration
+	// MaxDeliver bounds deliveries of one work message; one that exhausts
+	// it stays in the stream and is reported by the max-deliveries
+	// advisory. Defaults to 5.
+	MaxDeliver int
+	// MaxAckPending caps the work messages in flight across the pool.
+	// Defaults to 1024.
+	MaxAckPending int
+	// EventsMaxAge ages events out of StreamEvents. Defaults to 0: events
+	// are kept forever (the audit log is the product).
+	EventsMaxAge time.Duration
+}
+
+func (l Layout) withDefaults() Layout {
+	l.Replicas = cmp.Or(l.Replicas, 1)
+	l.AckWait = cmp.Or(l.AckWait, 30*time.Second)
+	l.MaxDeliver = cmp.Or(l.MaxDeliver, 5)
+	l.MaxAckPending = cmp.Or(l.MaxAckPending, 1024)
+	return l
+}
+
+// maxBackOff caps the doubling of the ack deadline across redeliveries.
+const maxBackOff = 5 * time.Minute
+
+// backOff is the worker consumer's BackOff: the ack deadline of each
+// successive delivery, AckWait doubling, MaxDeliver-1 steps (at least one).
+// JetStream takes BackOff[0] as the AckWait.
+func (l Layout) backOff() []time.Duration {
+	steps := make([]time.Duration, max(l.MaxDeliver-1, 1))
+	limit := max(l.AckWait, maxBackOff)
+	d := l.AckWait
+	for i := range steps {
+		steps[i] = d
+		d = min(2*d, limit)
+	}
+	return steps
+}
+
+func (l Layout) validate() error {
+	switch {
+	case l.Replicas < 1 || l.Replicas > 5:
+		return fmt.Errorf("journal: Layout.Replicas %d: want 1 to 5", l.Replicas)
+	case l.AckWait < 100*time.Millisecond:
+		return fmt.Errorf("journal: Layout.AckWait %s: want at least 100ms", l.AckWait)
+	case l.MaxDeliver < 1:
+		return fmt.Errorf("journal: Layout.MaxDeliver %d: want at least 1", l.MaxDeliver)
+	case l.MaxAckPending < 1:
+		return fmt.Errorf("journal: Layout.MaxAckPending %d: want at least 1", l.MaxAckPending)
+	case l.EventsMaxAge < 0 || (l.EventsMaxAge > 0 && l.EventsMaxAge < time.Minute):
+		return fmt.Errorf("journal: Layout.EventsMaxAge %s: want 0 (forever) or at least 1m", l.EventsMaxAge)
+	}
+	return nil
+}
+
+func (l Layout) streams() []jetstream.StreamConfig {
+	return []jetstream.StreamConfig{
+		{
+			Name:        StreamWork,
+			Description: "loopgate tasks and wake-ups of parked runs; one worker takes each",
+			Subjects:    []string{events.TasksPrefix + ".*", events.ResumePrefix + ".*.*"},
+			Retention:   jetstream.WorkQueuePolicy,
+			Storage:     jetstream.FileStorage,
+			Replicas:    l.Replicas,
+			Duplicates:  duplicateWindow,
+		},
+		{
+			Name:        StreamEvents,
+			Description: "loopgate audit log: every transition of every run",
+			Subjects:    []string{events.EventsPrefix + ".*.*.*"},
+			Retention:   jetstream.LimitsPolicy,
+			Storage:     jetstream.FileStorage,
+			Replicas:    l.Replicas,
+			MaxAge:      l.EventsMaxAge,
+			// The window may not exceed the max age.
+			Duplicates: min(duplicateWindow, cmp.Or(l.EventsMaxAge, duplicateWindow)),
+			// Reads go to the stream leader (the msg-get API), never to a
+			// follower that may lag the last append.
+			AllowDirect: false,
+		},
+		{
+			Name:        StreamApprovals,
+			Description: "loopgate approval decisions as published",
+			Subjects:    []string{events.ApprovalsPrefix + ".*.*.*"},
+			Retention:   jetstream.LimitsPolicy,
+			Storage:     jetstream.FileStorage,
+			Replicas:    l.Replicas,
+			Duplicates:  duplicateWindow,
+		},
+	}
+}
+
+func (l Layout) buckets() []jetstream.KeyValueConfig {
+	return []jetstream.KeyValueConfig{
+		{
+			Bucket:      BucketApprovals,
+			Description: "loopgate approval state per <run_id>.<call_id>",
+			Storage:     jetstream.FileStorage,
+			Replicas:    l.Replicas,
+		},
+		{
+			Bucket:         BucketIdempotency,
+			Description:    "loopgate idempotency records per <operation_id>",
+			Storage:        jetstream.FileStorage,
+			Replicas:       l.Replicas,
+			LimitMarkerTTL: markerTTL,
+		},
+		{
+			Bucket:      BucketRuns,
+			Description: "loopgate runs projection per <tenant>.<run_id>",
+			Storage:     jetstream.FileStorage,
+			Replicas:    l.Replicas,
+		},
+	}
+}
+
+func (l Layout) workers() jetstream.ConsumerConfig {
+	return jetstream.ConsumerConfig{
+		Durable:       ConsumerWorkers,
+		Description:   "the loopgate worker pool",
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       l.AckWait,
+		MaxDeliver:    l.MaxDeliver,
+		BackOff:       l.backOff(),
+		MaxAckPending: l.MaxAckPending,
+		ReplayPolicy:  jetstream.ReplayInstantPolicy,
+	}
+}
+
+// Ensure creates the streams, buckets and worker consumer of l, or updates
+// them to match l. It is idempotent and safe to run from every process at
+// startup; concurrent runs converge. Changes JetStream refuses (storage
+// type, work-queue retention) fail with an error naming the stream, bucket
+// or consumer.
+func Ensure(ctx context.Context, js jetstream.JetStream, l Layout) error {
+	l = l.withDefaults()
+	if err := l.validate(); err != nil {
+		return err
+	}
+	for _, cfg := range l.streams() {
+		if _, err := js.CreateOrUpdateStream(ctx, cfg); err != nil {
+			return fmt.Errorf("journal: ensure stream %s: %w", cfg.Name, err)
+		}
+	}
+	for _, cfg := range l.buckets() {
+		if _, err := js.CreateOrUpdateKeyValue(ctx, cfg); err != nil {
+			return fmt.Errorf("journal: ensure bucket %s: %w", cfg.Bucket, err)
+		}
+	}
+	if _, err := js.CreateOrUpdateConsumer(ctx, StreamWork, l.workers()); err != nil {
+		return fmt.Errorf("journal: ensure consumer %s on %s: %w", ConsumerWorkers, StreamWork, err)
+	}
+	return nil
+}

@@ -1,0 +1,74 @@
+package worker
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/loopgate/loopgate/events"
+	"github.com/loopgate/loopgate/tools"
+)
+
+// stop is why a run must end now; the zero value means "go on".
+type stop struct {
+	reason events.Reason
+	detail string
+}
+
+func (s stop) ok() bool { return s.reason == "" }
+
+// beforeStep checks the budgets that guard the next model call.
+func beforeStep(s *events.RunState, l events.Limits, now, deadline time.Time) stop {
+	if s.Steps >= l.MaxSteps {
+		return stop{events.ReasonMaxSteps, fmt.Sprintf("the step budget of %d is used up", l.MaxSteps)}
+	}
+	if !now.Before(deadline) {
+		return stop{events.ReasonDeadline, fmt.Sprintf("the active time budget of %s is used up", l.MaxActive.D())}
+	}
+	return stop{}
+}
+
+// beforeCall checks the budgets that guard one tool call.
+func beforeCall(s *events.RunState, l events.Limits, m tools.Manifest, now, deadline time.Time) stop {
+	if s.ToolCalls >= l.MaxToolCalls {
+		return stop{events.ReasonMaxToolCalls, fmt.Sprintf("the tool call budget of %d is used up", l.MaxToolCalls)}
+	}
+	if m.MaxCallsPerRun > 0 && s.PerTool[m.Name] >= m.MaxCallsPerRun {
+		return stop{events.ReasonMaxToolCalls, fmt.Sprintf("the budget of %d calls of %s is used up", m.MaxCallsPerRun, m.Name)}
+	}
+	if !now.Before(deadline) {
+		return stop{events.ReasonDeadline, fmt.Sprintf("the active time budget of %s is used up", l.MaxActive.D())}
+	}
+	return stop{}
+}
+
+// afterValidation checks the bounds on a run's mistakes once a call's
+// validation is recorded: refused calls per tool, and identical calls.
+func afterValidation(s *events.RunState, l events.Limits, tool string, v *events.ValidatedData) stop {
+	if v.Status != events.ValidOK {
+		if n := s.Corrections[tool]; n > l.MaxCorrections {
+			return stop{events.ReasonInvalidDecisions, fmt.Sprintf("%d refused calls of %q, over the bound of %d correction attempts", n, tool, l.MaxCorrections)}
+		}
+		return stop{}
+	}
+	if n := s.Repeats[events.RepeatKey(tool, v.ArgsHash)]; n > l.MaxRepeatedCalls {
+		return stop{events.ReasonRepeatedCall, fmt.Sprintf("%s called %d times with the same arguments, over the bound of %d", tool, n, l.MaxRepeatedCalls)}
+	}
+	return stop{}
+}
+
+// afterInvalidDecision checks the bound on malformed decisions.
+func afterInvalidDecision(s *events.RunState, l events.Limits) stop {
+	if s.InvalidDecisions > l.MaxInvalidDecisions {
+		return stop{events.ReasonInvalidDecisions, fmt.Sprintf("%d invalid decisions, over the bound of %d", s.InvalidDecisions, l.MaxInvalidDecisions)}
+	}
+	return stop{}
+}
+
+// callDeadline is min(tool timeout, time left in the run).
+func callDeadline(now, runDeadline time.Time, timeout time.Duration) time.Time {
+	d := now.Add(timeout)
+	if runDeadline.Before(d) {
+		return runDeadline
+	}
+	return d
+}

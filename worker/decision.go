@@ -1,0 +1,74 @@
+package worker
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+
+	"github.com/kaptinlin/jsonschema"
+
+	"github.com/loopgate/loopgate/events"
+	"github.com/loopgate/loopgate/schemas"
+)
+
+// MaxDecisionBytes bounds one model output. Larger output is an invalid
+// decision, not a crash and not a memory bill.
+const MaxDecisionBytes = 256 << 10
+
+// decisionParser turns the model's raw output into a Decision, or into
+// field-level errors the model can correct. The output is untrusted input.
+type decisionParser struct {
+	schema *jsonschema.Schema
+}
+
+func newDecisionParser() (*decisionParser, error) {
+	s, err := schemas.Compile("decision.schema.json")
+	if err != nil {
+		return nil, fmt.Errorf("compile decision schema: %w", err)
+	}
+	return &decisionParser{schema: s}, nil
+}
+
+// wireDecision is the decision as a model writes it: calls carry no
+// loopgate ids yet.
+type wireDecision struct {
+	ToolCalls []struct {
+		Tool       string          `json:"tool"`
+		Args       json.RawMessage `json:"args"`
+		ProviderID string          `json:"provider_id"`
+	} `json:"tool_calls"`
+	Final *events.FinalAnswer `json:"final_answer"`
+}
+
+// parse validates out and mints the call ids of step. Exactly one of the
+// results is non-nil.
+func (p *decisionParser) parse(out []byte, step int) (*events.Decision, []events.FieldError) {
+	if len(out) > MaxDecisionBytes {
+		return nil, []events.FieldError{{Message: fmt.Sprintf("decision is %d bytes, over the limit of %d", len(out), MaxDecisionBytes)}}
+	}
+	trimmed := bytes.TrimSpace(out)
+	if !json.Valid(trimmed) {
+		return nil, []events.FieldError{{Message: "decision is not valid JSON"}}
+	}
+	if res := p.schema.ValidateJSON(trimmed); !res.IsValid() {
+		errs := schemas.Errors(res)
+		if len(errs) == 0 {
+			errs = []events.FieldError{{Message: "decision does not match the decision schema"}}
+		}
+		return nil, append(errs, events.FieldError{Message: `a decision is exactly {"tool_calls":[{"tool":...,"args":{...}}]} or {"final_answer":{"summary":...}}`})
+	}
+	var w wireDecision
+	if err := json.Unmarshal(trimmed, &w); err != nil {
+		return nil, []events.FieldError{{Message: "decision does not decode: " + err.Error()}}
+	}
+	d := &events.Decision{Final: w.Final}
+	for i, c := range w.ToolCalls {
+		d.ToolCalls = append(d.ToolCalls, events.ToolCall{
+			ID:         events.CallID(step, i+1),
+			ProviderID: c.ProviderID,
+			Tool:       c.Tool,
+			Args:       c.Args,
+		})
+	}
+	return d, nil
+}

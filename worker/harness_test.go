@@ -1,0 +1,339 @@
+package worker_test
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/loopgate/loopgate/config"
+	"github.com/loopgate/loopgate/events"
+	"github.com/loopgate/loopgate/examples/cityops"
+	"github.com/loopgate/loopgate/internal/natstest"
+	"github.com/loopgate/loopgate/model"
+	"github.com/loopgate/loopgate/tools"
+	"github.com/loopgate/loopgate/worker"
+)
+
+// bundle is a running loopgate for one test: a real embedded nats-server,
+// the CityOps config and tools (plus any the test adds), and a pool.
+type bundle struct {
+	t      testing.TB
+	env    *natstest.Env
+	cfg    *config.Config
+	outbox string
+	logs   *logBuffer
+}
+
+// options let a test add tools, profiles and scripts to the CityOps config.
+type options struct {
+	tools    []tools.Manifest
+	builtins tools.Builtins
+	agents   map[string]config.Profile
+	scripts  map[string]model.Model // by agent
+	roles    map[string]config.Role
+	workers  int
+}
+
+func setup(t testing.TB, o options) *bundle {
+	t.Helper()
+	env := natstest.Start(t)
+	cfg, err := config.Load(cityops.Files, "loopgate.yaml")
+	if err != nil {
+		t.Fatalf("load cityops config: %v", err)
+	}
+	b := &bundle{t: t, env: env, cfg: cfg, outbox: t.TempDir(), logs: &logBuffer{}}
+	builtins := tools.Builtins{}
+	if err := cityops.Register(builtins, cityops.Options{Outbox: b.outbox}); err != nil {
+		t.Fatal(err)
+	}
+	for name, fn := range o.builtins {
+		builtins.MustRegister(name, fn)
+	}
+	cfg.Tools = append(cfg.Tools, o.tools...)
+	for name, r := range o.roles {
+		cfg.Policy.Roles[name] = r
+	}
+	models := map[string]model.Model{}
+	for name, p := range cfg.Agents {
+		m, err := model.Build(p.Model, cfg.ReadFile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		models[name] = m
+	}
+	for name, p := range o.agents {
+		p.Limits = withDefaults(p.Limits)
+		cfg.Agents[name] = p
+		models[name] = o.scripts[name]
+	}
+	reg, err := tools.NewRegistry(cfg.Tools, builtins)
+	if err != nil {
+		t.Fatalf("registry: %v", err)
+	}
+	log := slog.New(slog.NewTextHandler(b.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	pool, err := worker.New(worker.Deps{JS: env.JS, Journal: env.Journal, App: cfg, Registry: reg, Models: models},
+		&worker.Config{Workers: cmp.Or(o.workers, 2), Logger: log, TransientBackoff: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pool.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = pool.Stop(ctx)
+	})
+	return b
+}
+
+// withDefaults fills a test profile's unset limits like the config loader.
+func withDefaults(l events.Limits) events.Limits {
+	d := config.DefaultLimits
+	if l.MaxSteps == 0 {
+		l.MaxSteps = d.MaxSteps
+	}
+	if l.MaxToolCalls == 0 {
+		l.MaxToolCalls = d.MaxToolCalls
+	}
+	if l.MaxActive == 0 {
+		l.MaxActive = d.MaxActive
+	}
+	if l.MaxInvalidDecisions == 0 {
+		l.MaxInvalidDecisions = d.MaxInvalidDecisions
+	}
+	if l.MaxCorrections == 0 {
+		l.MaxCorrections = d.MaxCorrections
+	}
+	if l.MaxRepeatedCalls == 0 {
+		l.MaxRepeatedCalls = d.MaxRepeatedCalls
+	}
+	if l.MaxObservationBytes == 0 {
+		l.MaxObservationBytes = d.MaxObservationBytes
+	}
+	if l.MaxRunObservationKiB == 0 {
+		l.MaxRunObservationKiB = d.MaxRunObservationKiB
+	}
+	return l
+}
+
+// task is a CityOps task by dev@cityops, an operator.
+func task(id, agent string) events.Task {
+	return events.Task{
+		TaskID:    id,
+		Tenant:    "cityops",
+		Principal: events.Principal{ID: "dev@cityops", Roles: []string{"operator"}},
+		Agent:     agent,
+		Input:     json.RawMessage(`"escalate the oldest open sanitation complaints"`),
+	}
+}
+
+// submit publishes a task the way any upstream system would and returns
+// its run id.
+func (b *bundle) submit(tk events.Task) string {
+	b.t.Helper()
+	payload, err := json.Marshal(tk)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	b.publishRaw(tk.Tenant, payload, tk.TaskID)
+	return events.RunID(tk.Tenant, tk.TaskID)
+}
+
+// publishRaw publishes bytes on a tenant's task subject; msgID may be empty.
+func (b *bundle) publishRaw(tenant string, payload []byte, msgID string) *jetstream.PubAck {
+	b.t.Helper()
+	var opts []jetstream.PublishOpt
+	if msgID != "" {
+		opts = append(opts, jetstream.WithMsgID(msgID))
+	}
+	ack, err := b.env.JS.Publish(b.t.Context(), events.TaskSubject(tenant), payload, opts...)
+	if err != nil {
+		b.t.Fatalf("publish task: %v", err)
+	}
+	return ack
+}
+
+// waitEnd waits for the run's finished or rejected event and returns all
+// its events, checked for a gapless, well-formed trail.
+func (b *bundle) waitEnd(runID string) []events.Event {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(b.t.Context(), 30*time.Second)
+	defer cancel()
+	ended := false
+	for e, err := range b.env.Journal.Watch(ctx, events.RunFilter("cityops", runID)) {
+		if err != nil {
+			b.t.Fatalf("watch run %s: %v", runID, err)
+		}
+		if e.Type == events.TypeFinished || e.Type == events.TypeRejected {
+			ended = true
+			break
+		}
+	}
+	if !ended {
+		b.t.Fatalf("run %s did not end: %v\nlogs:\n%s", runID, ctx.Err(), b.logs.String())
+	}
+	evs, _, err := b.env.Journal.Load(b.t.Context(), "cityops", runID)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	checkEnvelopes(b.t, runID, evs)
+	return evs
+}
+
+// checkEnvelopes asserts the wire contract of a run's events: seq 1..n with
+// no gap, unique UUID v7 event ids, the run and tenant on each.
+func checkEnvelopes(t testing.TB, runID string, evs []events.Event) {
+	t.Helper()
+	seen := map[string]bool{}
+	for i, e := range evs {
+		if e.Seq != uint64(i+1) {
+			t.Fatalf("event %d has seq %d: the trail has a gap", i, e.Seq)
+		}
+		if e.RunID != runID || e.Tenant != "cityops" {
+			t.Fatalf("event %d belongs to %s/%s", e.Seq, e.Tenant, e.RunID)
+		}
+		if len(e.EventID) != 36 || e.EventID[14] != '7' || seen[e.EventID] {
+			t.Fatalf("event %d has event id %q: want a unique UUID v7", e.Seq, e.EventID)
+		}
+		seen[e.EventID] = true
+		if !json.Valid(e.Data) {
+			t.Fatalf("event %d data is not JSON", e.Seq)
+		}
+	}
+}
+
+// trail renders events as "type" or "type:status" for exact comparison.
+func trail(t testing.TB, evs []events.Event) []string {
+	t.Helper()
+	var out []string
+	for _, e := range evs {
+		s := string(e.Type)
+		var status struct {
+			Status string        `json:"status"`
+			Reason events.Reason `json:"reason"`
+		}
+		_ = json.Unmarshal(e.Data, &status)
+		switch e.Type {
+		case events.TypeValidated, events.TypeExecuted:
+			s += ":" + status.Status
+		case events.TypeFinished:
+			s += ":" + string(status.Reason)
+		case events.TypeProposed:
+			var p events.ProposedData
+			_ = e.Decode(&p)
+			switch {
+			case p.Decision == nil:
+				s += ":invalid"
+			case p.Decision.Final != nil:
+				s += ":final"
+			}
+		}
+		if e.Tool != "" {
+			s += "(" + e.Tool + ")"
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// step is the trail of one successful call of tool.
+func okStep(tool string) []string {
+	return []string{"proposed", "validated:ok(" + tool + ")", "executing(" + tool + ")", "executed:ok(" + tool + ")", "observed(" + tool + ")"}
+}
+
+func concat(parts ...[]string) []string {
+	var out []string
+	for _, p := range parts {
+		out = append(out, p...)
+	}
+	return out
+}
+
+func assertTrail(t testing.TB, evs []events.Event, want []string) {
+	t.Helper()
+	got := trail(t, evs)
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("event trail:\n got  %s\n want %s", strings.Join(got, " "), strings.Join(want, " "))
+	}
+}
+
+// last returns the data of the last event of type typ.
+func last[T any](t testing.TB, evs []events.Event, typ events.Type) T {
+	t.Helper()
+	var v T
+	for i := len(evs) - 1; i >= 0; i-- {
+		if evs[i].Type == typ {
+			if err := evs[i].Decode(&v); err != nil {
+				t.Fatal(err)
+			}
+			return v
+		}
+	}
+	t.Fatalf("no %s event", typ)
+	return v
+}
+
+// all returns the events of type typ.
+func all(evs []events.Event, typ events.Type) []events.Event {
+	var out []events.Event
+	for _, e := range evs {
+		if e.Type == typ {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+func outboxFiles(t testing.TB, dir string) []string {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	return names
+}
+
+func scripted(t testing.TB, decisions ...string) model.Model {
+	t.Helper()
+	raw := make([]json.RawMessage, len(decisions))
+	for i, d := range decisions {
+		raw[i] = json.RawMessage(d)
+	}
+	b, _ := json.Marshal(map[string]any{"decisions": raw})
+	m, err := model.NewScripted(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// logBuffer collects a pool's logs for failure messages.
+type logBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}

@@ -1,0 +1,100 @@
+package worker
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/loopgate/loopgate/config"
+	"github.com/loopgate/loopgate/events"
+	"github.com/loopgate/loopgate/schemas"
+)
+
+// excerptBytes bounds how much of a rejected message the trail keeps.
+const excerptBytes = 256
+
+// decodeTask validates a task message published on the subject of tenant.
+// It returns the task and its effective limits, or the rejection to record.
+// Every check names the field it failed on.
+func (p *Pool) decodeTask(tenant, subject string, data []byte) (events.Task, events.Limits, *events.RejectedData) {
+	var task events.Task
+	reject := func(field, reason string, errs []events.FieldError) (events.Task, events.Limits, *events.RejectedData) {
+		return task, events.Limits{}, &events.RejectedData{
+			Field: field, Reason: reason, Errors: errs, TaskID: task.TaskID,
+			Subject: subject, PayloadExcerpt: excerpt(data),
+		}
+	}
+	if n := p.app.Intake.MaxTaskBytes; len(data) > n {
+		return reject("", fmt.Sprintf("task is %d bytes, over the limit of %d", len(data), n), nil)
+	}
+	if !json.Valid(data) {
+		return reject("", "task is not valid JSON", nil)
+	}
+	if res := p.taskSchema.ValidateJSON(data); !res.IsValid() {
+		errs := schemas.Errors(res)
+		if len(errs) == 0 {
+			return reject("", "task does not match schemas/task.schema.json", nil)
+		}
+		lenientTaskID(data, &task)
+		return reject(errs[0].Field, errs[0].Message, errs)
+	}
+	if err := json.Unmarshal(data, &task); err != nil {
+		return reject("", "task does not decode: "+err.Error(), nil)
+	}
+	if task.Tenant != tenant {
+		return reject("/tenant", fmt.Sprintf("tenant %q does not match the subject's tenant %q", task.Tenant, tenant), nil)
+	}
+	if n := p.app.Intake.MaxInputBytes; len(task.Input) > n {
+		return reject("/input", fmt.Sprintf("input is %d bytes, over the limit of %d", len(task.Input), n), nil)
+	}
+	profile, ok := p.app.Agents[task.Agent]
+	if !ok {
+		return reject("/agent", fmt.Sprintf("unknown agent %q", task.Agent), nil)
+	}
+	if !p.app.MayRun(task.Agent, task.Principal.Roles) {
+		return reject("/principal/roles", fmt.Sprintf("none of the roles %v may run agent %q (allowed: %v)", task.Principal.Roles, task.Agent, profile.Roles), nil)
+	}
+	limits, errs := config.EffectiveLimits(profile.Limits, task.Limits)
+	if len(errs) > 0 {
+		return reject(errs[0].Field, errs[0].Message, errs)
+	}
+	return task, limits, nil
+}
+
+// lenientTaskID picks a usable task_id out of an otherwise invalid task, so
+// the rejection lands on the run id the submitter will look for.
+func lenientTaskID(data []byte, task *events.Task) {
+	var probe struct {
+		TaskID any `json:"task_id"`
+	}
+	if json.Unmarshal(data, &probe) != nil {
+		return
+	}
+	if id, ok := probe.TaskID.(string); ok && validTaskID(id) {
+		task.TaskID = id
+	}
+}
+
+// validTaskID mirrors the task_id pattern of schemas/task.schema.json.
+func validTaskID(id string) bool {
+	if id == "" || len(id) > 128 {
+		return false
+	}
+	for i, r := range id {
+		ok := r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' ||
+			i > 0 && strings.ContainsRune("._:-", r)
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// excerpt is the start of a message, as text an operator can read.
+func excerpt(data []byte) string {
+	if len(data) > excerptBytes {
+		data = data[:excerptBytes]
+	}
+	return strings.ToValidUTF8(string(data), string(utf8.RuneError))
+}

@@ -1,0 +1,101 @@
+package worker_test
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/loopgate/loopgate/events"
+)
+
+func TestMalformedTasksAreRejectedAndTheWorkerGoesOn(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{workers: 1})
+
+	cases := []struct {
+		name      string
+		payload   string
+		taskID    string // the run id the rejection lands on, if any
+		wantField string
+		wantIn    string
+	}{
+		{name: "garbage", payload: "this is not json {", wantField: "", wantIn: "not valid JSON"},
+		{name: "missing principal", payload: `{"task_id":"bad-1","tenant":"cityops","agent":"escalation-assistant","input":"x"}`, taskID: "bad-1", wantField: "/principal", wantIn: "required"},
+		{name: "unknown agent", payload: `{"task_id":"bad-2","tenant":"cityops","principal":{"id":"dev@cityops","roles":["operator"]},"agent":"nope","input":"x"}`, taskID: "bad-2", wantField: "/agent", wantIn: "unknown agent"},
+		{name: "input too big", payload: `{"task_id":"bad-3","tenant":"cityops","principal":{"id":"dev@cityops","roles":["operator"]},"agent":"escalation-assistant","input":"` + strings.Repeat("x", 20000) + `"}`, taskID: "bad-3", wantField: "/input", wantIn: "over the limit"},
+		{name: "wrong tenant", payload: `{"task_id":"bad-4","tenant":"other","principal":{"id":"dev@cityops","roles":["operator"]},"agent":"escalation-assistant","input":"x"}`, taskID: "bad-4", wantField: "/tenant", wantIn: "does not match"},
+		{name: "guest may not run", payload: `{"task_id":"bad-5","tenant":"cityops","principal":{"id":"visitor","roles":["guest"]},"agent":"escalation-assistant","input":"x"}`, taskID: "bad-5", wantField: "/principal/roles", wantIn: "may run"},
+		{name: "looser limits", payload: `{"task_id":"bad-6","tenant":"cityops","principal":{"id":"dev@cityops","roles":["operator"]},"agent":"escalation-assistant","input":"x","limits":{"max_steps":100}}`, taskID: "bad-6", wantField: "/limits/max_steps", wantIn: "tighten"},
+		{name: "smuggled field", payload: `{"task_id":"bad-7","tenant":"cityops","principal":{"id":"dev@cityops","roles":["operator","admin"]},"agent":"escalation-assistant","input":"x","sudo":true}`, taskID: "bad-7", wantField: "/sudo", wantIn: "not allowed"},
+	}
+	for _, c := range cases {
+		ack := b.publishRaw("cityops", []byte(c.payload), "")
+		runID := events.RejectedRunID("cityops", ack.Sequence)
+		if c.taskID != "" {
+			runID = events.RunID("cityops", c.taskID)
+		}
+		evs := b.waitEnd(runID)
+		if len(evs) != 1 || evs[0].Type != events.TypeRejected {
+			t.Fatalf("%s: trail %v, want one rejected event", c.name, trail(t, evs))
+		}
+		var rej events.RejectedData
+		_ = evs[0].Decode(&rej)
+		if rej.Field != c.wantField || !strings.Contains(rej.Reason, c.wantIn) {
+			t.Errorf("%s: rejected field %q reason %q, want field %q and a reason containing %q", c.name, rej.Field, rej.Reason, c.wantField, c.wantIn)
+		}
+	}
+
+	// The worker is still there, and the next good task runs.
+	evs := b.waitEnd(b.submit(task("good-after-bad", "escalation-assistant")))
+	if got := trail(t, evs); got[len(got)-1] != "finished:done" {
+		t.Fatalf("good task after bad ones: %v", got)
+	}
+	// Rejected messages were terminated, not left to be redelivered: the
+	// work queue drains (the good task's ack may trail its finished event).
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	for {
+		info, err := b.env.JS.Stream(ctx, "LOOPGATE_WORK")
+		if err != nil {
+			t.Fatalf("work stream never drained: %v", err)
+		}
+		if info.CachedInfo().State.Msgs == 0 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("work stream still holds %d messages", info.CachedInfo().State.Msgs)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+func TestRepublishingATaskYieldsOneRun(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{workers: 1}) // one worker: messages are handled in order
+	tk := task("once", "escalation-assistant")
+	runID := b.submit(tk)
+	// Within the duplicate window JetStream drops the copy outright.
+	payload, _ := json.Marshal(tk)
+	if ack := b.publishRaw("cityops", payload, tk.TaskID); !ack.Duplicate {
+		t.Errorf("republish with the same Nats-Msg-Id was not flagged duplicate")
+	}
+	first := b.waitEnd(runID)
+	// A copy that escapes deduplication (another msg id, or after the
+	// window) finds the finished run and starts nothing.
+	b.publishRaw("cityops", payload, "")
+	b.submit(task("marker", "escalation-assistant"))
+	b.waitEnd(events.RunID("cityops", "marker"))
+	again, _, err := b.env.Journal.Load(t.Context(), "cityops", runID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(again) != len(first) || len(all(again, events.TypeStarted)) != 1 {
+		t.Fatalf("republished task changed its run: %d events before, %d after", len(first), len(again))
+	}
+	if files := outboxFiles(t, b.outbox); len(files) != 6 {
+		t.Errorf("outbox has %d drafts, want 3 per run for 2 runs", len(files))
+	}
+}

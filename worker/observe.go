@@ -1,0 +1,101 @@
+package worker
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/loopgate/loopgate/events"
+	"github.com/loopgate/loopgate/tools"
+)
+
+// Observations are designed views: the model gets a status, a category and
+// the data it needs, never raw internals. Tool output sits under "data" and
+// is data, not instructions.
+type observation struct {
+	Status         string              `json:"status"`
+	Error          string              `json:"error,omitempty"`
+	Tool           string              `json:"tool,omitempty"`
+	Message        string              `json:"message,omitempty"`
+	Errors         []events.FieldError `json:"errors,omitempty"`
+	AvailableTools []string            `json:"available_tools,omitempty"`
+	Data           json.RawMessage     `json:"data,omitempty"`
+}
+
+// Observation statuses.
+const (
+	obsOK     = "ok"
+	obsError  = "error"
+	obsDryRun = "dry_run"
+)
+
+// observeValidation is the observation of a call refused by validation.
+func observeValidation(call events.ToolCall, v *events.ValidatedData) observation {
+	o := observation{Status: obsError, Error: v.Status, Tool: call.Tool}
+	switch v.Status {
+	case events.InvalidArguments:
+		o.Errors = v.Errors
+		o.Message = "the arguments failed validation; fix the fields listed and call again"
+	case events.UnknownTool:
+		o.Message = fmt.Sprintf("%q is not an available tool", call.Tool)
+		o.AvailableTools = v.AvailableTools
+	case events.Quarantined:
+		o.Message = fmt.Sprintf("%s failed unexpectedly earlier in this run and is quarantined; do not call it again", call.Tool)
+	}
+	return o
+}
+
+// observeExecution is the observation of a call's last attempt. view is
+// the tool's designed projection of a successful result.
+func observeExecution(call events.ToolCall, x *events.ExecutedData, view tools.View) observation {
+	o := observation{Tool: call.Tool}
+	switch x.Status {
+	case events.ExecOK:
+		o.Status = obsOK
+		data, err := view.Apply(x.Result)
+		if err != nil {
+			data = x.Result
+		}
+		o.Data = data
+	case events.ExecDryRun:
+		o.Status = obsDryRun
+		o.Message = "dry run: the call was validated and authorized but not executed; nothing changed"
+		o.Data, _ = json.Marshal(x.WouldCall)
+	case events.ExecTimeout:
+		o.Status, o.Error = obsError, events.ExecTimeout
+		o.Message = fmt.Sprintf("%s: %s", call.Tool, x.Message)
+	case events.ExecTransient:
+		o.Status, o.Error = obsError, events.ExecTransient
+		o.Message = fmt.Sprintf("%s failed transiently after %d attempts; try another approach or finish", call.Tool, x.Attempt)
+	case events.ExecToolFailed:
+		o.Status, o.Error = obsError, events.ExecToolFailed
+		o.Message = fmt.Sprintf("%s failed unexpectedly and is quarantined for the rest of this run", call.Tool)
+	case events.ExecUnknown:
+		o.Status, o.Error = obsError, events.ExecUnknown
+		o.Message = fmt.Sprintf("the outcome of %s is unknown (interrupted); it was not retried", call.Tool)
+	default:
+		o.Status, o.Error = obsError, x.Status
+	}
+	return o
+}
+
+// observeInvalidDecision is the observation of a malformed decision.
+func observeInvalidDecision(errs []events.FieldError) observation {
+	return observation{
+		Status:  obsError,
+		Error:   "invalid_decision",
+		Errors:  errs,
+		Message: `propose exactly {"tool_calls":[{"tool":...,"args":{...}}]} or {"final_answer":{"summary":...}}`,
+	}
+}
+
+// bounded marshals o and bounds it to limit bytes, keeping it valid JSON.
+func bounded(o observation, limit int) (events.ObservedData, error) {
+	b, err := json.Marshal(o)
+	if err != nil {
+		return events.ObservedData{}, fmt.Errorf("marshal observation: %w", err)
+	}
+	out, truncated := tools.Bound(b, limit)
+	return events.ObservedData{Observation: out, Bytes: len(out), Truncated: truncated}, nil
+}
+
+func jsonMarshal(v any) (json.RawMessage, error) { return json.Marshal(v) }

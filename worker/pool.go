@@ -1,0 +1,383 @@
+package worker
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/kaptinlin/jsonschema"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/loopgate/loopgate/config"
+	"github.com/loopgate/loopgate/events"
+	"github.com/loopgate/loopgate/journal"
+	"github.com/loopgate/loopgate/model"
+	"github.com/loopgate/loopgate/schemas"
+	"github.com/loopgate/loopgate/tools"
+)
+
+// Config tunes a Pool. The zero value is useful.
+type Config struct {
+	// Workers is how many runs the pool works on at once. Defaults to 4.
+	Workers int
+	// Logger receives operational logs, including the full text of
+	// unexpected tool errors (which never reach the audit stream or the
+	// model). Defaults to slog.Default().
+	Logger *slog.Logger
+	// Clock is the time source. Defaults to time.Now.
+	Clock func() time.Time
+	// IDs mints event ids. Defaults to events.UUIDv7.
+	IDs events.IDSource
+	// Heartbeat is how often a worker tells JetStream it still holds a
+	// message (InProgress), so AckWait never redelivers a live run.
+	// Defaults to 5s; keep it well under the consumer's AckWait.
+	Heartbeat time.Duration
+	// TransientBackoff is the wait before the one retry of a transient
+	// tool failure. Defaults to 250ms.
+	TransientBackoff time.Duration
+	// RetryDelay is the redelivery delay after an infrastructure error.
+	// Defaults to 2s.
+	RetryDelay time.Duration
+}
+
+func (c *Config) setDefaults() {
+	c.Workers = cmp.Or(c.Workers, 4)
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Clock == nil {
+		c.Clock = time.Now
+	}
+	if c.IDs == nil {
+		c.IDs = events.UUIDv7
+	}
+	c.Heartbeat = cmp.Or(c.Heartbeat, 5*time.Second)
+	c.TransientBackoff = cmp.Or(c.TransientBackoff, 250*time.Millisecond)
+	c.RetryDelay = cmp.Or(c.RetryDelay, 2*time.Second)
+}
+
+func (c *Config) validate() error {
+	switch {
+	case c.Workers < 1:
+		return fmt.Errorf("worker config: Workers must be at least 1, got %d", c.Workers)
+	case c.Heartbeat < 0, c.TransientBackoff < 0, c.RetryDelay < 0:
+		return errors.New("worker config: durations must not be negative")
+	}
+	return nil
+}
+
+// Deps are the parts a Pool works with.
+type Deps struct {
+	// JS is the JetStream context; the layout must exist (journal.Ensure).
+	JS jetstream.JetStream
+	// Journal stores and loads events.
+	Journal *journal.Journal
+	// App is the loaded configuration: profiles, policy, intake bounds.
+	App *config.Config
+	// Registry holds the tools the profiles name.
+	Registry *tools.Registry
+	// Models by agent profile name. Nil: built from App's profiles.
+	Models map[string]model.Model
+}
+
+// Pool is a set of identical workers sharing the loopgate-workers consumer.
+type Pool struct {
+	js         jetstream.JetStream
+	journal    *journal.Journal
+	app        *config.Config
+	registry   *tools.Registry
+	models     map[string]model.Model
+	opts       Config
+	log        *slog.Logger
+	ids        events.IDSource
+	now        func() time.Time
+	taskSchema *jsonschema.Schema
+	decisions  *decisionParser
+
+	mu      sync.Mutex
+	started bool
+	stopped bool
+	iter    jetstream.MessagesContext
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+}
+
+// New makes a pool. It does not consume until Start.
+func New(d Deps, cfg *Config) (*Pool, error) {
+	var c Config
+	if cfg != nil {
+		c = *cfg
+	}
+	c.setDefaults()
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
+	if d.JS == nil || d.Journal == nil || d.App == nil || d.Registry == nil {
+		return nil, errors.New("worker: JS, Journal, App and Registry are required")
+	}
+	taskSchema, err := schemas.Compile("task.schema.json")
+	if err != nil {
+		return nil, fmt.Errorf("worker: compile task schema: %w", err)
+	}
+	decisions, err := newDecisionParser()
+	if err != nil {
+		return nil, fmt.Errorf("worker: %w", err)
+	}
+	models := d.Models
+	if models == nil {
+		models = map[string]model.Model{}
+		for name, p := range d.App.Agents {
+			m, err := model.Build(p.Model, d.App.ReadFile)
+			if err != nil {
+				return nil, fmt.Errorf("worker: agent %q: %w", name, err)
+			}
+			models[name] = m
+		}
+	}
+	return &Pool{
+		js:         d.JS,
+		journal:    d.Journal,
+		app:        d.App,
+		registry:   d.Registry,
+		models:     models,
+		opts:       c,
+		log:        c.Logger,
+		ids:        c.IDs,
+		now:        c.Clock,
+		taskSchema: taskSchema,
+		decisions:  decisions,
+	}, nil
+}
+
+// Start begins consuming with Workers concurrent workers. Runs are worked on
+// under a context of their own, cancelled by Stop, not by ctx; ctx bounds
+// only the start itself.
+func (p *Pool) Start(ctx context.Context) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.started {
+		return errors.New("worker: pool already started")
+	}
+	cons, err := p.js.Consumer(ctx, journal.StreamWork, journal.ConsumerWorkers)
+	if err != nil {
+		return fmt.Errorf("worker: consumer %s on %s: %w", journal.ConsumerWorkers, journal.StreamWork, err)
+	}
+	// Buffer no more than the pool can work on: a buffered message is an
+	// unacked message nobody is working on.
+	iter, err := cons.Messages(jetstream.PullMaxMessages(p.opts.Workers))
+	if err != nil {
+		return fmt.Errorf("worker: consume %s: %w", journal.StreamWork, err)
+	}
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	p.iter, p.cancel, p.started = iter, cancel, true
+	for range p.opts.Workers {
+		p.wg.Go(func() { p.consume(runCtx, iter) })
+	}
+	p.log.InfoContext(ctx, "workers started", "workers", p.opts.Workers)
+	return nil
+}
+
+// Stop stops taking messages, lets runs in progress finish until ctx is
+// done, then cancels them (their messages are nakked for another worker).
+// It is idempotent and safe to call without Start.
+func (p *Pool) Stop(ctx context.Context) error {
+	p.mu.Lock()
+	if !p.started || p.stopped {
+		p.mu.Unlock()
+		return nil
+	}
+	p.stopped = true
+	p.mu.Unlock()
+	p.iter.Drain()
+	done := make(chan struct{})
+	go func() { p.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		p.cancel()
+		return nil
+	case <-ctx.Done():
+		p.cancel()
+		<-done
+		return ctx.Err()
+	}
+}
+
+func (p *Pool) stopping() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.stopped
+}
+
+func (p *Pool) consume(ctx context.Context, iter jetstream.MessagesContext) {
+	for {
+		msg, err := iter.Next()
+		if err != nil {
+			if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+				return
+			}
+			p.log.WarnContext(ctx, "fetch work", "err", err)
+			continue
+		}
+		if p.stopping() {
+			// Drained after Stop: leave it for another worker.
+			_ = msg.NakWithDelay(time.Second)
+			continue
+		}
+		p.handle(ctx, msg)
+	}
+}
+
+// handle works on one message and settles it. It never panics out: a
+// panic is logged and the message retried, never lost.
+func (p *Pool) handle(ctx context.Context, msg jetstream.Msg) {
+	hbCtx, stopHeartbeat := context.WithCancel(ctx)
+	defer stopHeartbeat()
+	go p.heartbeat(hbCtx, msg)
+
+	o, reason := retry, ""
+	func() {
+		defer func() {
+			if v := recover(); v != nil {
+				p.log.ErrorContext(ctx, "worker panicked; message will be redelivered", "subject", msg.Subject(), "panic", v)
+				o = retry
+			}
+		}()
+		o, reason = p.process(ctx, msg)
+	}()
+	stopHeartbeat()
+	if err := settle(msg, o, reason, p.opts.RetryDelay); err != nil {
+		p.log.WarnContext(ctx, "settle work message", "subject", msg.Subject(), "outcome", o.String(), "err", err)
+	}
+}
+
+// heartbeat keeps the message leased while its run is worked on.
+func (p *Pool) heartbeat(ctx context.Context, msg jetstream.Msg) {
+	t := time.NewTicker(p.opts.Heartbeat)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if err := msg.InProgress(); err != nil {
+				p.log.WarnContext(ctx, "heartbeat", "subject", msg.Subject(), "err", err)
+			}
+		}
+	}
+}
+
+// process routes a work message: a new task, or a wake-up of a run.
+func (p *Pool) process(ctx context.Context, msg jetstream.Msg) (outcome, string) {
+	kind, tenant, runID, err := events.ParseWorkSubject(msg.Subject())
+	if err != nil {
+		p.log.ErrorContext(ctx, "unroutable work message dropped", "subject", msg.Subject(), "err", err)
+		return rejected, err.Error()
+	}
+	if kind == "resume" {
+		return p.resume(ctx, tenant, runID)
+	}
+	meta, err := msg.Metadata()
+	if err != nil {
+		p.log.ErrorContext(ctx, "work message without metadata", "subject", msg.Subject(), "err", err)
+		return retry, ""
+	}
+	task, limits, rej := p.decodeTask(tenant, msg.Subject(), msg.Data())
+	if rej != nil {
+		return p.reject(ctx, tenant, meta.Sequence.Stream, rej)
+	}
+	runID = events.RunID(task.Tenant, task.TaskID)
+	evs, last, err := p.journal.Load(ctx, tenant, runID)
+	if err != nil {
+		p.log.WarnContext(ctx, "load run", "run_id", runID, "err", err)
+		return retry, ""
+	}
+	st, err := events.Fold(evs)
+	if err != nil {
+		p.log.ErrorContext(ctx, "run trail does not fold", "run_id", runID, "err", err)
+		return retry, ""
+	}
+	if st.Finished != nil || st.Rejection != nil {
+		p.log.InfoContext(ctx, "task already has a run; nothing to do", "run_id", runID, "task_id", task.TaskID)
+		return settled, ""
+	}
+	r, err := p.newRun(st, last, task, limits)
+	if err != nil {
+		p.log.ErrorContext(ctx, "prepare run", "run_id", runID, "err", err)
+		return retry, ""
+	}
+	if st.LastSeq == 0 {
+		if err := r.start(ctx); err != nil {
+			return p.failed(ctx, r, err)
+		}
+	}
+	return p.failed(ctx, r, r.drive(ctx))
+}
+
+// resume continues a run woken through loopgate.resume.<tenant>.<run_id>.
+func (p *Pool) resume(ctx context.Context, tenant, runID string) (outcome, string) {
+	evs, last, err := p.journal.Load(ctx, tenant, runID)
+	if err != nil {
+		return retry, ""
+	}
+	st, err := events.Fold(evs)
+	if err != nil {
+		p.log.ErrorContext(ctx, "run trail does not fold", "run_id", runID, "err", err)
+		return retry, ""
+	}
+	if st.Started == nil {
+		return rejected, "no such run"
+	}
+	if st.Finished != nil {
+		return settled, ""
+	}
+	r, err := p.newRun(st, last, st.Started.Task, st.Started.Limits)
+	if err != nil {
+		p.log.ErrorContext(ctx, "prepare run", "run_id", runID, "err", err)
+		return retry, ""
+	}
+	return p.failed(ctx, r, r.drive(ctx))
+}
+
+// failed logs a run's error, if any, and classifies it.
+func (p *Pool) failed(ctx context.Context, r *run, err error) (outcome, string) {
+	o := classify(err)
+	if err != nil && o != stopping {
+		r.log.WarnContext(ctx, "run interrupted; it will be continued from its events", "err", err, "outcome", o.String())
+	}
+	return o, ""
+}
+
+// reject records a task that cannot become a run, then terminates its
+// message so it is never redelivered. The rejected event lands on the
+// task's run id when the task carried a usable task_id, otherwise on an id
+// derived from the message's stream sequence.
+func (p *Pool) reject(ctx context.Context, tenant string, streamSeq uint64, rej *events.RejectedData) (outcome, string) {
+	runID := events.RejectedRunID(tenant, streamSeq)
+	if rej.TaskID != "" {
+		runID = events.RunID(tenant, rej.TaskID)
+	}
+	data, err := jsonMarshal(rej)
+	if err != nil {
+		return retry, ""
+	}
+	e := events.Event{
+		EventID: p.ids.NewEventID(), RunID: runID, Tenant: tenant, Seq: 1,
+		Type: events.TypeRejected, Time: p.now().UTC(), Data: data,
+	}
+	if _, err := p.journal.Append(ctx, 0, e); err != nil {
+		if errors.Is(err, journal.ErrConflict) {
+			// The run id already has events: this message is a bad copy of
+			// a task that exists. The existing run stands.
+			p.log.WarnContext(ctx, "invalid task names an existing run; dropped", "run_id", runID, "field", rej.Field, "reason", rej.Reason)
+			return rejected, "invalid copy of an existing task"
+		}
+		p.log.WarnContext(ctx, "record rejection", "run_id", runID, "err", err)
+		return retry, ""
+	}
+	p.log.WarnContext(ctx, "task rejected", "run_id", runID, "tenant", tenant, "field", rej.Field, "reason", rej.Reason)
+	return rejected, fmt.Sprintf("rejected: %s: %s", rej.Field, rej.Reason)
+}

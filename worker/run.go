@@ -1,0 +1,264 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"time"
+
+	"github.com/loopgate/loopgate/config"
+	"github.com/loopgate/loopgate/events"
+	"github.com/loopgate/loopgate/journal"
+	"github.com/loopgate/loopgate/model"
+	"github.com/loopgate/loopgate/tools"
+)
+
+// run is one run being worked on by one worker, for as long as it holds the
+// run's message. Everything in it is derived from the run's events and the
+// config; nothing survives the message.
+type run struct {
+	p        *Pool
+	log      *slog.Logger
+	st       *events.RunState
+	last     uint64 // stream sequence of the run's last event: the append condition
+	task     events.Task
+	profile  config.Profile
+	limits   events.Limits
+	model    model.Model
+	specs    []tools.Spec
+	offered  []string // tool names the model is shown, sorted
+	deadline time.Time
+}
+
+// newRun prepares st (folded from the run's events, possibly none) to be
+// driven. limits are the effective limits for a new run; a started run
+// keeps the ones it started with.
+func (p *Pool) newRun(st *events.RunState, last uint64, task events.Task, limits events.Limits) (*run, error) {
+	if st.Started != nil {
+		task, limits = st.Started.Task, st.Started.Limits
+	}
+	profile, ok := p.app.Agents[task.Agent]
+	if !ok {
+		return nil, fmt.Errorf("agent profile %q is no longer configured", task.Agent)
+	}
+	m, ok := p.models[task.Agent]
+	if !ok {
+		return nil, fmt.Errorf("no model for agent profile %q", task.Agent)
+	}
+	r := &run{
+		p:       p,
+		st:      st,
+		last:    last,
+		task:    task,
+		profile: profile,
+		limits:  limits,
+		model:   m,
+	}
+	r.log = p.log.With("run_id", st.RunID, "tenant", task.Tenant, "agent", task.Agent)
+	// The model is shown only the tools the principal may call.
+	for _, name := range profile.Tools {
+		if p.app.MayCall(task.Principal.Roles, name) {
+			r.offered = append(r.offered, name)
+		}
+	}
+	slices.Sort(r.offered)
+	r.specs = p.registry.Specs(r.offered)
+	r.deadline = p.now().Add(limits.MaxActive.D() - st.Active)
+	return r, nil
+}
+
+// append records one event and folds it into the run's state. It is the only
+// way a run changes; the event is durable before append returns, so every
+// action taken afterwards is preceded by its record.
+func (r *run) append(ctx context.Context, typ events.Type, step int, callID, tool string, data any) error {
+	raw, err := json.Marshal(data)
+	if err != nil {
+		return fmt.Errorf("marshal %s event of run %s: %w", typ, r.st.RunID, err)
+	}
+	e := events.Event{
+		EventID: r.p.ids.NewEventID(),
+		RunID:   r.st.RunID,
+		Tenant:  r.task.Tenant,
+		Seq:     r.st.LastSeq + 1,
+		Type:    typ,
+		Time:    r.p.now().UTC(),
+		Step:    step,
+		CallID:  callID,
+		Tool:    tool,
+		Data:    raw,
+	}
+	last, err := r.p.journal.Append(ctx, r.last, e)
+	if err != nil {
+		return fmt.Errorf("append %s event %d of run %s: %w", typ, e.Seq, e.RunID, err)
+	}
+	r.last = last
+	return r.st.Apply(&e)
+}
+
+// start records the run's first event.
+func (r *run) start(ctx context.Context) error {
+	if r.st.RunID == "" {
+		r.st.RunID = events.RunID(r.task.Tenant, r.task.TaskID)
+	}
+	err := r.append(ctx, events.TypeStarted, 0, "", "", events.StartedData{
+		Task:    r.task,
+		Profile: r.task.Agent,
+		Model:   r.profile.Model.Provider,
+		Limits:  r.limits,
+		Tools:   r.offered,
+	})
+	if err != nil {
+		return err
+	}
+	r.p.putRun(ctx, r.st, r.task, "running")
+	r.log.InfoContext(ctx, "run started", "task_id", r.task.TaskID, "principal", r.task.Principal.ID, "dry_run", r.task.DryRun)
+	return nil
+}
+
+// drive advances the run until it finishes or an infrastructure error stops
+// the worker. It continues from wherever the events say the run stands: a
+// decision already proposed is never asked for again.
+func (r *run) drive(ctx context.Context) error {
+	for r.st.Finished == nil {
+		var err error
+		switch st := r.st; {
+		case st.CurrentStep > 0 && st.Current == nil && !st.DecisionObserved:
+			err = r.handleInvalidDecision(ctx)
+		case st.Current != nil && st.Current.Final != nil:
+			err = r.finish(ctx, stop{reason: events.ReasonDone}, st.Current.Final)
+		case st.Current != nil && !r.stepObserved():
+			err = r.runCalls(ctx)
+		default:
+			if s := beforeStep(st, r.limits, r.p.now(), r.deadline); !s.ok() {
+				err = r.finish(ctx, s, nil)
+			} else {
+				err = r.propose(ctx)
+			}
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// stepObserved reports whether every call of the current decision has its
+// observation recorded.
+func (r *run) stepObserved() bool {
+	for _, c := range r.st.CurrentCalls {
+		if !c.Observed {
+			return false
+		}
+	}
+	return true
+}
+
+// propose asks the model for the next decision and records it.
+func (r *run) propose(ctx context.Context) error {
+	step := r.st.Steps + 1
+	mctx, cancel := context.WithDeadline(ctx, r.deadline)
+	defer cancel()
+	began := r.p.now()
+	resp, err := r.model.Propose(mctx, model.Request{
+		RunID:        r.st.RunID,
+		Agent:        r.task.Agent,
+		Instructions: r.profile.Instructions,
+		Step:         step,
+		History:      r.st.History,
+		Tools:        r.specs,
+	})
+	latency := r.p.now().Sub(began).Milliseconds()
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err() // the worker is stopping: another will continue
+		}
+		if errors.Is(err, context.DeadlineExceeded) {
+			return r.finish(ctx, stop{events.ReasonDeadline, "the model did not answer within the run's active time budget"}, nil)
+		}
+		r.log.ErrorContext(ctx, "model failed", "step", step, "err", err)
+		return r.finish(ctx, stop{events.ReasonError, "model failed: " + err.Error()}, nil)
+	}
+	decision, invalid := r.p.decisions.parse(resp.Output, step)
+	data := events.ProposedData{Decision: decision, Invalid: invalid, Usage: resp.Usage, LatencyMS: latency}
+	if decision == nil {
+		// Keep what the model said, bounded, so the trail shows it.
+		if trimmed := boundedRaw(resp.Output); json.Valid(trimmed) {
+			data.Raw = trimmed
+		} else {
+			data.RawText = string(trimmed)
+		}
+	}
+	return r.append(ctx, events.TypeProposed, step, "", "", data)
+}
+
+// boundedRaw keeps at most 4 KiB of an invalid model output for the trail.
+func boundedRaw(out []byte) []byte {
+	const keep = 4 << 10
+	if len(out) <= keep {
+		return out
+	}
+	return out[:keep]
+}
+
+// handleInvalidDecision counts an invalid decision and either stops the run
+// or hands the errors back to the model.
+func (r *run) handleInvalidDecision(ctx context.Context) error {
+	if s := afterInvalidDecision(r.st, r.limits); !s.ok() {
+		return r.finish(ctx, s, nil)
+	}
+	obs, err := bounded(observeInvalidDecision(r.st.CurrentInvalid), r.observationLimit())
+	if err != nil {
+		return err
+	}
+	return r.append(ctx, events.TypeObserved, r.st.CurrentStep, "", "", obs)
+}
+
+// observationLimit is the byte bound of the next observation: the per-call
+// bound, shrunk to what is left of the run's observation budget.
+func (r *run) observationLimit() int {
+	left := r.limits.MaxRunObservationKiB<<10 - r.st.ObservationBytes
+	return max(min(r.limits.MaxObservationBytes, left), minObservationBytes)
+}
+
+// minObservationBytes is the floor under which an observation cannot say
+// anything useful; past the run's budget each observation is this small.
+const minObservationBytes = 64
+
+// finish records the run's end.
+func (r *run) finish(ctx context.Context, s stop, final *events.FinalAnswer) error {
+	err := r.append(ctx, events.TypeFinished, r.st.Steps, "", "", events.FinishedData{
+		Reason: s.reason,
+		Detail: s.detail,
+		Final:  final,
+		Totals: r.st.Totals(),
+	})
+	if err != nil {
+		return err
+	}
+	r.p.putRun(ctx, r.st, r.task, "finished")
+	r.log.InfoContext(ctx, "run finished", "reason", s.reason, "detail", s.detail, "steps", r.st.Steps, "tool_calls", r.st.ToolCalls)
+	return nil
+}
+
+// putRun updates the loopgate_runs projection. It is best effort: the
+// events are the truth and the projection can be rebuilt from them.
+func (p *Pool) putRun(ctx context.Context, st *events.RunState, task events.Task, status string) {
+	rec := journal.RunRecord{
+		RunID:   st.RunID,
+		Tenant:  task.Tenant,
+		TaskID:  task.TaskID,
+		Agent:   task.Agent,
+		Status:  status,
+		LastSeq: st.LastSeq,
+		Updated: p.now().UTC(),
+	}
+	if st.Finished != nil {
+		rec.Reason = string(st.Finished.Reason)
+	}
+	if err := p.journal.PutRun(ctx, rec); err != nil {
+		p.log.WarnContext(ctx, "update run projection", "run_id", st.RunID, "err", err)
+	}
+}
