@@ -1,0 +1,297 @@
+package cli
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/loopgate/loopgate/events"
+)
+
+func TestDemoHappyPathFinishesDoneWithThreeDrafts(t *testing.T) {
+	t.Parallel()
+	var out, errOut bytes.Buffer
+	code := Main(t.Context(), []string{"demo"}, strings.NewReader(""), &out, &errOut)
+	if code != exitOK {
+		t.Fatalf("demo exit %d\nstdout:\n%s\nstderr:\n%s", code, out.String(), errOut.String())
+	}
+	s := out.String()
+	for _, want := range []string{"SR-10421", "SR-10422", "SR-10423", "finished: done", "3 drafts"} {
+		if !strings.Contains(s, want) {
+			t.Errorf("demo output lacks %q:\n%s", want, s)
+		}
+	}
+	if n := strings.Count(s, "ESCALATION DRAFT"); n != 3 {
+		t.Errorf("demo listed %d drafts, want 3:\n%s", n, s)
+	}
+}
+
+func TestDemoScenariosEndAsDesigned(t *testing.T) {
+	t.Parallel()
+	for name, reason := range expectedReason {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			var out, errOut bytes.Buffer
+			code := Main(t.Context(), []string{"demo", "--scenario", name}, strings.NewReader(""), &out, &errOut)
+			if code != exitOK {
+				t.Fatalf("exit %d\n%s\n%s", code, out.String(), errOut.String())
+			}
+			if !strings.Contains(out.String(), "finished: "+string(reason)) {
+				t.Errorf("scenario %s did not end %s:\n%s", name, reason, out.String())
+			}
+			if name == "dry-run" && !strings.Contains(out.String(), "outbox: empty") {
+				t.Errorf("dry run wrote drafts:\n%s", out.String())
+			}
+		})
+	}
+}
+
+func TestUnknownScenarioAndCommandAreErrors(t *testing.T) {
+	t.Parallel()
+	var out, errOut bytes.Buffer
+	if code := Main(t.Context(), []string{"demo", "--scenario", "nope"}, nil, &out, &errOut); code != exitError || !strings.Contains(errOut.String(), "unknown scenario") {
+		t.Errorf("unknown scenario: exit %d, stderr %q", code, errOut.String())
+	}
+	errOut.Reset()
+	if code := Main(t.Context(), []string{"frobnicate"}, nil, &out, &errOut); code != exitError || !strings.Contains(errOut.String(), "unknown command") {
+		t.Errorf("unknown command: exit %d, stderr %q", code, errOut.String())
+	}
+	errOut.Reset()
+	if code := Main(t.Context(), []string{"worker"}, nil, &out, &errOut); code != exitError || !strings.Contains(errOut.String(), "--nats") {
+		t.Errorf("worker without --nats: exit %d, stderr %q", code, errOut.String())
+	}
+}
+
+// server is a `loopgate serve` running in the test, as an operator runs it.
+type server struct {
+	url    string
+	cancel context.CancelFunc
+	done   chan int
+	stderr *syncBuffer
+}
+
+func startServe(t *testing.T, dataDir string) *server {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	pr, pw := io.Pipe()
+	s := &server{url: "nats://" + addr, cancel: cancel, done: make(chan int, 1), stderr: &syncBuffer{}}
+	go func() {
+		s.done <- Main(ctx, []string{"serve", "--config", "../examples/cityops/loopgate.yaml", "--listen", addr,
+			"--data", dataDir, "--workers", "2", "--log-format", "json"}, nil, pw, s.stderr)
+		pw.Close()
+	}()
+	line, err := bufio.NewReader(pr).ReadString('\n')
+	if err != nil || !strings.Contains(line, "serving on") {
+		cancel()
+		t.Fatalf("serve did not start: %q %v\n%s", line, err, s.stderr.String())
+	}
+	go io.Copy(io.Discard, pr)
+	t.Cleanup(func() { s.stop(t) })
+	return s
+}
+
+func (s *server) stop(t *testing.T) {
+	if s.cancel == nil {
+		return
+	}
+	s.cancel()
+	s.cancel = nil
+	select {
+	case code := <-s.done:
+		if code != exitOK {
+			t.Errorf("serve exited %d on SIGTERM-like cancel\n%s", code, s.stderr.String())
+		}
+	case <-time.After(20 * time.Second):
+		t.Errorf("serve did not shut down")
+	}
+}
+
+// plainTask is a task as an upstream system writes it, without loopgate's code.
+func plainTask(id, agent string) []byte {
+	return []byte(fmt.Sprintf(`{"task_id":%q,"tenant":"cityops","principal":{"id":"dev@cityops","roles":["operator"]},"agent":%q,"input":"escalate the oldest sanitation complaints"}`, id, agent))
+}
+
+// collect subscribes with a plain NATS client to a run's events and returns
+// them, by subject, until the run ends.
+func collect(t *testing.T, nc *nats.Conn, runID string, publish func()) []*nats.Msg {
+	t.Helper()
+	ch := make(chan *nats.Msg, 256)
+	sub, err := nc.ChanSubscribe("loopgate.events.cityops."+runID+".*", ch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	publish()
+	var msgs []*nats.Msg
+	timeout := time.After(30 * time.Second)
+	for {
+		select {
+		case m := <-ch:
+			msgs = append(msgs, m)
+			if strings.HasSuffix(m.Subject, ".finished") || strings.HasSuffix(m.Subject, ".rejected") {
+				return msgs
+			}
+		case <-timeout:
+			t.Fatalf("run %s did not end; got %d events", runID, len(msgs))
+		}
+	}
+}
+
+func publishTask(t *testing.T, nc *nats.Conn, payload []byte, msgID string) {
+	t.Helper()
+	m := nats.NewMsg("loopgate.tasks.cityops")
+	m.Data = payload
+	if msgID != "" {
+		m.Header.Set("Nats-Msg-Id", msgID)
+	}
+	if err := nc.PublishMsg(m); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestServeRunsTasksFromAPlainNATSClientAndKeepsEventsAcrossRestart(t *testing.T) {
+	t.Parallel()
+	data := t.TempDir()
+	srv := startServe(t, data)
+	nc, err := nats.Connect(srv.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+
+	// A task published by a plain client runs; its events arrive on
+	// loopgate.events.cityops.<run_id>.<type>, in loop order, seq gapless.
+	runID := events.RunID("cityops", "plain-1")
+	msgs := collect(t, nc, runID, func() { publishTask(t, nc, plainTask("plain-1", "escalation-assistant"), "plain-1") })
+	var types []string
+	for i, m := range msgs {
+		var e events.Event
+		if err := json.Unmarshal(m.Data, &e); err != nil {
+			t.Fatalf("event %d is not an envelope: %v", i, err)
+		}
+		if e.Seq != uint64(i+1) || m.Subject != "loopgate.events.cityops."+runID+"."+string(e.Type) {
+			t.Fatalf("event %d: seq %d on %s", i, e.Seq, m.Subject)
+		}
+		types = append(types, string(e.Type))
+	}
+	want := "started " + strings.Repeat("proposed validated executing executed observed ", 5) + "proposed finished"
+	if got := strings.Join(types, " "); got != want {
+		t.Fatalf("event types:\n got  %s\n want %s", got, want)
+	}
+
+	// The same task again yields no second run.
+	publishTask(t, nc, plainTask("plain-1", "escalation-assistant"), "plain-1")
+	publishTask(t, nc, plainTask("plain-1", "escalation-assistant"), "")
+
+	// Garbage is rejected with an event, and the next good task still runs.
+	garbage := collectAny(t, nc, func() { publishTask(t, nc, []byte("{{{ not a task"), "") }, ".rejected")
+	if !strings.Contains(string(garbage.Data), "not valid JSON") {
+		t.Errorf("rejection does not say why: %s", garbage.Data)
+	}
+	next := collect(t, nc, events.RunID("cityops", "plain-2"), func() { publishTask(t, nc, plainTask("plain-2", "escalation-assistant"), "plain-2") })
+	if !strings.Contains(string(next[len(next)-1].Data), `"reason":"done"`) {
+		t.Fatalf("good task after garbage did not finish done: %s", next[len(next)-1].Data)
+	}
+
+	// Audit replays the run; the duplicate publishes added nothing to it.
+	var out, errOut bytes.Buffer
+	if code := Main(t.Context(), []string{"audit", runID, "--nats", srv.url, "--json"}, nil, &out, &errOut); code != exitOK {
+		t.Fatalf("audit exit %d: %s", code, errOut.String())
+	}
+	if n := strings.Count(out.String(), "\n"); n != len(msgs) {
+		t.Fatalf("audit printed %d events, the run had %d (a duplicate task added some?)", n, len(msgs))
+	}
+
+	// Stop and start again on the same data: every event is still there.
+	srv.stop(t)
+	srv2 := startServe(t, data)
+	out.Reset()
+	if code := Main(t.Context(), []string{"audit", runID, "--nats", srv2.url}, nil, &out, &errOut); code != exitOK {
+		t.Fatalf("audit after restart exit %d: %s", code, errOut.String())
+	}
+	if !strings.Contains(out.String(), "finished: done") || strings.Count(out.String(), "\n") < len(msgs) {
+		t.Fatalf("after restart the run is incomplete:\n%s", out.String())
+	}
+}
+
+func collectAny(t *testing.T, nc *nats.Conn, publish func(), suffix string) *nats.Msg {
+	t.Helper()
+	ch := make(chan *nats.Msg, 16)
+	sub, err := nc.ChanSubscribe("loopgate.events.cityops.*.*", ch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	_ = nc.Flush()
+	publish()
+	timeout := time.After(30 * time.Second)
+	for {
+		select {
+		case m := <-ch:
+			if strings.HasSuffix(m.Subject, suffix) {
+				return m
+			}
+		case <-timeout:
+			t.Fatalf("no %s event", suffix)
+		}
+	}
+}
+
+func TestSubmitFollowsTheRunAndExitsByItsEnd(t *testing.T) {
+	t.Parallel()
+	srv := startServe(t, t.TempDir())
+	cases := []struct {
+		name     string
+		args     []string
+		wantCode int
+		wantOut  string
+	}{
+		{"done", []string{"--task-id", "s-1"}, exitOK, "answer: Three open sanitation complaints"},
+		{"stopped", []string{"--task-id", "s-2", "--agent", "runaway-assistant"}, exitStopped, "finished: max_steps"},
+		{"rejected", []string{"--task-id", "s-3", "--agent", "no-such-agent"}, exitRejected, "REJECTED /agent"},
+		{"dry run", []string{"--task-id", "s-4", "--agent", "dry-run-assistant", "--dry-run"}, exitOK, "DRY_RUN"},
+	}
+	for _, c := range cases {
+		var out, errOut bytes.Buffer
+		code := Main(t.Context(), append([]string{"submit", "--nats", srv.url}, c.args...), nil, &out, &errOut)
+		if code != c.wantCode || !strings.Contains(out.String(), c.wantOut) {
+			t.Errorf("%s: exit %d (want %d), output lacks %q:\n%s\n%s", c.name, code, c.wantCode, c.wantOut, out.String(), errOut.String())
+		}
+	}
+}
+
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
