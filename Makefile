@@ -4,6 +4,7 @@ PKGS      ?= ./...
 FUZZTIME  ?= 30s
 # Each fuzz target runs briefly in `make test` and for FUZZTIME in `make fuzz`.
 FUZZ_TARGETS = \
+	./events:FuzzParseWorkSubject \
 	./tools:FuzzCanonical \
 	./tools:FuzzBound \
 	./tools:FuzzValidate \

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 
 	"github.com/loopgate/loopgate/events"
 )
@@ -36,6 +37,11 @@ func NewScripted(script []byte) (*Scripted, error) {
 	var f scriptFile
 	if err := dec.Decode(&f); err != nil {
 		return nil, fmt.Errorf("parse script: %w", err)
+	}
+	// Decode stops after the first value; a second one, or garbage, means
+	// the file is not the script it looks like.
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, fmt.Errorf("parse script: unexpected data after the script at offset %d", dec.InputOffset())
 	}
 	if len(f.Decisions) == 0 {
 		return nil, fmt.Errorf("parse script: /decisions: at least one decision is required")
