@@ -76,6 +76,9 @@ type Profile struct {
 	Roles []string `json:"roles"`
 	// Limits of each run; a task may only tighten them.
 	Limits events.Limits `json:"limits,omitzero"`
+	// ApprovalTTL is how long an approval of this agent's calls may stay
+	// pending before it expires (a tool's own TTL wins). Defaults to 24h.
+	ApprovalTTL events.Duration `json:"approval_ttl,omitempty"`
 }
 
 // Model chooses and configures a model provider.
@@ -90,6 +93,18 @@ type Model struct {
 type Policy struct {
 	// Roles by name.
 	Roles map[string]Role `json:"roles,omitempty"`
+	// Approvers by id, with their roles. An approval message names only
+	// its approver; the roles come from here.
+	Approvers map[string]Approver `json:"approvers,omitempty"`
+	// AllowSelfApproval lets an approver approve a call of a run they are
+	// the principal of. Defaults to false.
+	AllowSelfApproval bool `json:"allow_self_approval,omitempty"`
+}
+
+// Approver is someone who may decide on gated calls.
+type Approver struct {
+	// Roles of the approver; Role.Approve lists what each may approve.
+	Roles []string `json:"roles"`
 }
 
 // Role lists what principals holding it may do.

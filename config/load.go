@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/kaptinlin/jsonschema"
 	"sigs.k8s.io/yaml"
@@ -239,9 +240,14 @@ func (c *Config) setDefaults() {
 	c.Intake.MaxInputBytes = cmp.Or(c.Intake.MaxInputBytes, 16384)
 	for name, p := range c.Agents {
 		p.Limits = withDefaults(p.Limits)
+		p.ApprovalTTL = cmp.Or(p.ApprovalTTL, DefaultApprovalTTL)
 		c.Agents[name] = p
 	}
 }
+
+// DefaultApprovalTTL is how long an approval stays pending when neither the
+// tool nor the profile says.
+const DefaultApprovalTTL = events.Duration(24 * time.Hour)
 
 // validate cross-checks what the schema cannot: names that refer to other
 // parts of the file, and files the config refers to. It runs after
@@ -307,6 +313,27 @@ func (c *Config) validate() []events.FieldError {
 		}
 		for i, t := range r.Approve {
 			knownTool(fmt.Sprintf("%s/approve/%d", at, i), t)
+		}
+	}
+
+	for i, m := range c.Tools {
+		if m.Reconcile == "" {
+			continue
+		}
+		at := fmt.Sprintf("/tools/%d/reconcile", i)
+		j, ok := toolAt[m.Reconcile]
+		switch {
+		case !ok:
+			knownTool(at, m.Reconcile)
+		case c.Tools[j].Permission != "read":
+			bad(at, "reconcile tool %q must be a read tool", m.Reconcile)
+		}
+	}
+	for _, id := range sortedKeys(c.Policy.Approvers) {
+		for i, r := range c.Policy.Approvers[id].Roles {
+			if _, ok := c.Policy.Roles[r]; !ok {
+				bad(fmt.Sprintf("/policy/approvers/%s/roles/%d", escape(id), i), "role %q is not defined in /policy/roles", r)
+			}
 		}
 	}
 

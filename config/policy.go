@@ -25,3 +25,10 @@ func (c *Config) MayCall(roles []string, tool string) bool {
 func (c *Config) MayApprove(roles []string, tool string) bool {
 	return slices.ContainsFunc(roles, func(r string) bool { return slices.Contains(c.Policy.Roles[r].Approve, tool) })
 }
+
+// ApproverRoles returns the roles the policy gives approver id, and whether
+// the id is a configured approver at all.
+func (c *Config) ApproverRoles(id string) ([]string, bool) {
+	a, ok := c.Policy.Approvers[id]
+	return a.Roles, ok
+}

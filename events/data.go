@@ -177,6 +177,64 @@ type ObservedData struct {
 	Truncated   bool            `json:"truncated,omitempty"`
 }
 
+// ApprovalRequestedData: a gated call awaits a human. Kind is "approval"
+// (may this exact call run?) or "needs_human" (its outcome is unknown).
+type ApprovalRequestedData struct {
+	Kind        string          `json:"kind"`
+	Round       int             `json:"round"`
+	Tool        string          `json:"tool"`
+	Args        json.RawMessage `json:"args"`
+	ArgsHash    string          `json:"args_hash"`
+	OperationID string          `json:"operation_id"`
+	Principal   string          `json:"principal"`
+	Why         string          `json:"why"`
+	ExpiresAt   time.Time       `json:"expires_at"`
+	// Attempt is how many attempts the call had when it was asked: a
+	// needs_human answer applies to that attempt's unknown outcome.
+	Attempt int `json:"attempt"`
+}
+
+// ParkedData: the run holds no worker until one of Awaiting is decided or
+// expires at Until.
+type ParkedData struct {
+	Awaiting []string  `json:"awaiting"`
+	Until    time.Time `json:"until"`
+}
+
+// ApprovedData: the decision on a gated call. Decision is approve, deny or
+// expired for an approval; mark_done, retry or abandon for needs_human.
+type ApprovedData struct {
+	Kind        string `json:"kind"`
+	Round       int    `json:"round"`
+	Decision    string `json:"decision"`
+	Approver    string `json:"approver,omitempty"`
+	ArgsHash    string `json:"args_hash"`
+	Reason      string `json:"reason,omitempty"`
+	ApprovalSeq uint64 `json:"approval_seq,omitempty"`
+}
+
+// ApprovalRejectedData: an approval message that changed nothing.
+type ApprovalRejectedData struct {
+	Class       string       `json:"class"`
+	Detail      string       `json:"detail"`
+	Decision    string       `json:"decision,omitempty"`
+	Approver    string       `json:"approver,omitempty"`
+	ArgsHash    string       `json:"args_hash,omitempty"`
+	Errors      []FieldError `json:"errors,omitempty"`
+	ApprovalSeq uint64       `json:"approval_seq"`
+}
+
+// ReconciledData: what a reconcile tool said about an operation whose
+// outcome was unknown.
+type ReconciledData struct {
+	OperationID string          `json:"operation_id"`
+	Attempt     int             `json:"attempt"`
+	Via         string          `json:"via"`
+	Applied     bool            `json:"applied"`
+	Result      json.RawMessage `json:"result,omitempty"`
+	Error       string          `json:"error,omitempty"`
+}
+
 // Reason is why a run finished.
 type Reason string
 

@@ -19,7 +19,9 @@ const (
 	TypeDenied            Type = "denied"             // policy refused a call; the run stops
 	TypeApprovalRequested Type = "approval_requested" // a gated write awaits a human (write path)
 	TypeParked            Type = "parked"             // the run holds no worker until woken (write path)
-	TypeApproved          Type = "approved"           // an approval decision: approve, deny or expired (write path)
+	TypeApproved          Type = "approved"           // a decision on a gated call: approve, deny, expired, mark_done, retry, abandon
+	TypeApprovalRejected  Type = "approval_rejected"  // an approval message that decided nothing, and why
+	TypeReconciled        Type = "reconciled"         // a reconcile tool's answer about an unknown outcome
 	TypeExecuting         Type = "executing"          // write-ahead: a tool is about to run
 	TypeExecuted          Type = "executed"           // the tool returned, failed, timed out, or was previewed
 	TypeObserved          Type = "observed"           // the exact observation the model receives
@@ -30,7 +32,7 @@ const (
 func (t Type) Known() bool {
 	switch t {
 	case TypeRejected, TypeStarted, TypeProposed, TypeValidated, TypeDenied,
-		TypeApprovalRequested, TypeParked, TypeApproved, TypeExecuting,
+		TypeApprovalRequested, TypeParked, TypeApproved, TypeApprovalRejected, TypeReconciled, TypeExecuting,
 		TypeExecuted, TypeObserved, TypeFinished:
 		return true
 	}

@@ -31,9 +31,27 @@ type CallState struct {
 	Call      ToolCall
 	Validated *ValidatedData
 	Denied    *DeniedData
-	Executing []ExecutingData
-	Executed  []ExecutedData
-	Observed  bool
+	// Request is the latest question to a human about the call, and
+	// Decision its answer (nil while pending).
+	Request    *ApprovalRequestedData
+	Decision   *ApprovedData
+	Executing  []ExecutingData
+	Executed   []ExecutedData
+	Reconciled []ReconciledData
+	Observed   bool
+}
+
+// Awaiting reports whether the call waits for a human's decision.
+func (c *CallState) Awaiting() bool { return c.Request != nil && c.Decision == nil }
+
+// Parked reports whether the run waits for a human on some call.
+func (s *RunState) Parked() bool {
+	for _, c := range s.CurrentCalls {
+		if c.Awaiting() {
+			return true
+		}
+	}
+	return false
 }
 
 // Attempts is how many attempts of the call were begun.
@@ -59,6 +77,7 @@ type RunState struct {
 	Started *StartedData
 
 	LastSeq   uint64 // the run's own seq of its last event (0: no events)
+	IsParked  bool   // a parked event is the latest transition
 	LastType  Type
 	LastTime  time.Time
 	FirstTime time.Time
@@ -134,11 +153,19 @@ func (s *RunState) Apply(e *Event) error {
 			return fmt.Errorf("event %s of run %s folded into run %s", e.EventID, e.RunID, s.RunID)
 		}
 		// Time parked waiting for a human is not active time.
-		if s.LastType != TypeParked && e.Time.After(s.LastTime) {
+		if !s.IsParked && e.Time.After(s.LastTime) {
 			s.Active += e.Time.Sub(s.LastTime)
 		}
 	}
 	s.LastSeq, s.LastType, s.LastTime = e.Seq, e.Type, e.Time
+	switch e.Type {
+	case TypeParked:
+		s.IsParked = true
+	case TypeApprovalRejected:
+		// A message that decided nothing leaves the run parked.
+	default:
+		s.IsParked = false
+	}
 
 	switch e.Type {
 	case TypeRejected:
@@ -259,8 +286,42 @@ func (s *RunState) Apply(e *Event) error {
 			return err
 		}
 		s.Finished = &d
-	case TypeApprovalRequested, TypeParked, TypeApproved:
-		// The write path folds these; the core loop only keeps their time.
+	case TypeApprovalRequested:
+		var d ApprovalRequestedData
+		if err := e.Decode(&d); err != nil {
+			return err
+		}
+		c, err := s.callOf(e)
+		if err != nil {
+			return err
+		}
+		c.Request, c.Decision = &d, nil
+	case TypeApproved:
+		var d ApprovedData
+		if err := e.Decode(&d); err != nil {
+			return err
+		}
+		c, err := s.callOf(e)
+		if err != nil {
+			return err
+		}
+		if c.Request == nil || c.Request.Round != d.Round {
+			return fmt.Errorf("run %s: approved event %d answers round %d of call %s, which was not asked", e.RunID, e.Seq, d.Round, e.CallID)
+		}
+		c.Decision = &d
+	case TypeReconciled:
+		var d ReconciledData
+		if err := e.Decode(&d); err != nil {
+			return err
+		}
+		c, err := s.callOf(e)
+		if err != nil {
+			return err
+		}
+		c.Reconciled = append(c.Reconciled, d)
+	case TypeParked, TypeApprovalRejected:
+		// Audit records: parked time is excluded from active time above;
+		// a rejected approval message changes nothing.
 	default:
 		return fmt.Errorf("run %s: event %d has unknown type %q", e.RunID, e.Seq, e.Type)
 	}

@@ -39,7 +39,16 @@ const (
 	// every worker of every process shares: a work-queue stream allows one
 	// consumer per subject, and its MaxAckPending caps the whole pool.
 	ConsumerWorkers = "loopgate-workers"
+	// ConsumerApprovals is the durable pull consumer on StreamApprovals
+	// through which workers decide approval messages, each once.
+	ConsumerApprovals = "loopgate-approvals"
 )
+
+// SchedulesPrefix is where loopgate stores scheduled wake-ups in
+// StreamWork: loopgate.schedules.<tenant>.<run_id>.<call_id> holds an
+// "@at" schedule that JetStream itself publishes to the run's resume
+// subject when an approval expires. No worker waits for it.
+const SchedulesPrefix = "loopgate.schedules"
 
 // duplicateWindow is how long the streams remember a Nats-Msg-Id, so a
 // retried publish of a task or an event is stored once.
@@ -118,11 +127,15 @@ func (l Layout) streams() []jetstream.StreamConfig {
 		{
 			Name:        StreamWork,
 			Description: "loopgate tasks and wake-ups of parked runs; one worker takes each",
-			Subjects:    []string{events.TasksPrefix + ".*", events.ResumePrefix + ".*.*"},
+			Subjects:    []string{events.TasksPrefix + ".*", events.ResumePrefix + ".*.*", SchedulesPrefix + ".*.*.*"},
 			Retention:   jetstream.WorkQueuePolicy,
 			Storage:     jetstream.FileStorage,
 			Replicas:    l.Replicas,
 			Duplicates:  duplicateWindow,
+			// Expiry of parked runs is a message JetStream publishes at a
+			// time, not a timer a worker holds (server 2.12+).
+			AllowMsgSchedules: true,
+			AllowRollup:       true,
 		},
 		{
 			Name:        StreamEvents,
@@ -185,6 +198,21 @@ func (l Layout) workers() jetstream.ConsumerConfig {
 		BackOff:       l.backOff(),
 		MaxAckPending: l.MaxAckPending,
 		ReplayPolicy:  jetstream.ReplayInstantPolicy,
+		// Schedules wait in the stream until JetStream fires them.
+		FilterSubjects: []string{events.TasksPrefix + ".*", events.ResumePrefix + ".*.*"},
+	}
+}
+
+func (l Layout) approvals() jetstream.ConsumerConfig {
+	return jetstream.ConsumerConfig{
+		Durable:       ConsumerApprovals,
+		Description:   "loopgate workers deciding approval messages",
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       l.AckWait,
+		MaxDeliver:    l.MaxDeliver,
+		BackOff:       l.backOff(),
+		MaxAckPending: l.MaxAckPending,
 	}
 }
 
@@ -210,6 +238,9 @@ func Ensure(ctx context.Context, js jetstream.JetStream, l Layout) error {
 	}
 	if _, err := js.CreateOrUpdateConsumer(ctx, StreamWork, l.workers()); err != nil {
 		return fmt.Errorf("journal: ensure consumer %s on %s: %w", ConsumerWorkers, StreamWork, err)
+	}
+	if _, err := js.CreateOrUpdateConsumer(ctx, StreamApprovals, l.approvals()); err != nil {
+		return fmt.Errorf("journal: ensure consumer %s on %s: %w", ConsumerApprovals, StreamApprovals, err)
 	}
 	return nil
 }

@@ -42,6 +42,43 @@ type Manifest struct {
 	ParallelSafe bool `json:"parallel_safe,omitempty"`
 	// Builtin names the Go implementation. Defaults to Name.
 	Builtin string `json:"builtin,omitempty"`
+	// Approval says whether a call needs a human's approval of its exact
+	// arguments before it runs: "required" or "none". Defaults to required
+	// for write tools and none for read tools.
+	Approval string `json:"approval,omitempty"`
+	// OnDeny says what a denial does: "observe" hands it to the model as
+	// data, "stop" ends the run. Defaults to observe.
+	OnDeny string `json:"on_deny,omitempty"`
+	// ApprovalTTL is how long an approval may stay pending before it
+	// expires. Defaults to the profile's approval TTL.
+	ApprovalTTL events.Duration `json:"approval_ttl,omitempty"`
+	// Idempotent declares that the tool dedupes by operation id, so a call
+	// whose outcome is unknown may be retried with the same id.
+	Idempotent bool `json:"idempotent,omitempty"`
+	// Reconcile names a read tool that, given {"operation_id": ...},
+	// reports {"applied": bool, "result": ...}: whether an operation whose
+	// outcome is unknown took effect.
+	Reconcile string `json:"reconcile,omitempty"`
+}
+
+// Approval values.
+const (
+	ApprovalRequired = "required"
+	ApprovalNone     = "none"
+)
+
+// OnDeny values.
+const (
+	OnDenyObserve = "observe"
+	OnDenyStop    = "stop"
+)
+
+// NeedsApproval reports whether calls of the tool are gated.
+func (m Manifest) NeedsApproval() bool {
+	if m.Approval == "" {
+		return m.Permission == Write
+	}
+	return m.Approval == ApprovalRequired
 }
 
 // View is a designed, compact projection of a tool's result.

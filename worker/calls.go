@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/loopgate/loopgate/approvals"
 	"github.com/loopgate/loopgate/events"
 	"github.com/loopgate/loopgate/tools"
 )
@@ -36,18 +38,45 @@ func (r *run) runCalls(ctx context.Context) error {
 		if s := afterValidation(r.st, r.limits, c.Call.Tool, v); !s.ok() {
 			return r.finish(ctx, s, nil)
 		}
+		if v.Status == events.ValidOK && !r.p.app.MayCall(r.task.Principal.Roles, c.Call.Tool) {
+			// Permission denied stops the run: no negotiation, no other route.
+			err := r.append(ctx, events.TypeDenied, step, c.Call.ID, c.Call.Tool, events.DeniedData{
+				Check:  "tool_allowed",
+				Reason: fmt.Sprintf("principal %s with roles %v may not call %s", r.task.Principal.ID, r.task.Principal.Roles, c.Call.Tool),
+			})
+			if err != nil {
+				return err
+			}
+			return r.finish(ctx, stop{events.ReasonPermissionDenied, fmt.Sprintf("%s may not call %s", r.task.Principal.ID, c.Call.Tool)}, nil)
+		}
 	}
-	for {
-		group := r.nextGroup()
-		if len(group) == 0 {
+	for r.st.Finished == nil {
+		c, act := r.nextCall()
+		if c == nil {
 			break
 		}
-		if err := r.executeGroup(ctx, group); err != nil {
+		var err error
+		switch act {
+		case actWait:
+			return r.wait(ctx, c)
+		case actRequestApproval:
+			err = r.requestHuman(ctx, c, approvals.KindApproval)
+		case actRequestHuman:
+			err = r.requestHuman(ctx, c, approvals.KindNeedsHuman)
+		case actStop:
+			d := c.Decision
+			return r.finish(ctx, stop{events.ReasonCancelled, fmt.Sprintf("%s of %s: %s by %s: %s", d.Kind, c.Call.Tool, d.Decision, cmp.Or(d.Approver, "expiry"), d.Reason)}, nil)
+		case actReconcile:
+			err = r.reconcile(ctx, c)
+		default:
+			err = r.executeGroup(ctx, r.group(c, act), act)
+		}
+		if err != nil {
 			return err
 		}
-		if r.st.Finished != nil {
-			return nil
-		}
+	}
+	if r.st.Finished != nil {
+		return nil
 	}
 	for _, c := range r.st.CurrentCalls {
 		if c.Observed {
@@ -85,43 +114,44 @@ func (r *run) validate(call events.ToolCall) *events.ValidatedData {
 	}
 }
 
-// pending reports whether a call still needs an attempt.
-func pending(c *events.CallState) bool {
-	if c.Validated == nil || c.Validated.Status != events.ValidOK || c.Denied != nil {
-		return false
-	}
-	if c.InFlight() {
-		return true
-	}
-	last := c.LastExecuted()
-	return last == nil || (last.Status == events.ExecTransient && c.Attempts() < maxAttempts)
-}
-
-// nextGroup returns the next calls to execute together: one call, or a run
-// of consecutive fresh calls of parallel-safe tools.
-func (r *run) nextGroup() []*events.CallState {
-	var group []*events.CallState
+// nextCall returns the first call, in call order, that needs something
+// other than its observation, and what it needs; nil when none does.
+// Calls run in order: a call waiting for a human holds back those after it.
+func (r *run) nextCall() (*events.CallState, action) {
 	for _, c := range r.st.CurrentCalls {
-		if !pending(c) {
-			if len(group) > 0 {
-				break
-			}
+		if c.Observed {
 			continue
 		}
-		fresh := c.Attempts() == 0 && r.parallelSafe(c.Call.Tool)
-		switch {
-		case len(group) == 0:
-			group = append(group, c)
-			if !fresh {
-				return group
-			}
-		case fresh:
-			group = append(group, c)
-		default:
-			return group
+		if act := nextAction(c, r.manifest(c.Call.Tool), r.task.DryRun); act != actObserve {
+			return c, act
 		}
 	}
+	return nil, actObserve
+}
+
+// group returns first and the fresh parallel-safe calls right after it
+// that can run with it concurrently.
+func (r *run) group(first *events.CallState, act action) []*events.CallState {
+	group := []*events.CallState{first}
+	if act != actExecute || !r.parallelSafe(first.Call.Tool) {
+		return group
+	}
+	i := slices.Index(r.st.CurrentCalls, first)
+	for _, c := range r.st.CurrentCalls[i+1:] {
+		if c.Observed || !r.parallelSafe(c.Call.Tool) || nextAction(c, r.manifest(c.Call.Tool), r.task.DryRun) != actExecute {
+			break
+		}
+		group = append(group, c)
+	}
 	return group
+}
+
+// manifest returns a tool's manifest; the zero manifest if it is gone.
+func (r *run) manifest(name string) tools.Manifest {
+	if t, ok := r.p.registry.Lookup(name); ok {
+		return t.Manifest()
+	}
+	return tools.Manifest{Name: name}
 }
 
 func (r *run) parallelSafe(name string) bool {
@@ -130,22 +160,25 @@ func (r *run) parallelSafe(name string) bool {
 		return false
 	}
 	m := t.Manifest()
-	return m.ParallelSafe && m.Permission == tools.Read && !r.task.DryRun
+	return m.ParallelSafe && m.Permission == tools.Read && !m.NeedsApproval()
 }
 
 // attempt is one call about to run.
 type attempt struct {
-	c    *events.CallState
-	tool *tools.Tool
-	ex   events.ExecutingData
-	out  events.ExecutedData
-	err  error
+	c     *events.CallState
+	tool  *tools.Tool
+	ex    events.ExecutingData
+	rerun bool // policy or a human allows re-running an operation whose outcome is unknown
+	out   events.ExecutedData
+	err   error
 }
 
-// executeGroup authorizes, budgets and records the write-ahead executing
-// event of each call of group, runs them (concurrently when more than one)
-// and records how each ended, in call order.
-func (r *run) executeGroup(ctx context.Context, group []*events.CallState) error {
+// executeGroup records the write-ahead executing event of each call of
+// group, runs them (concurrently when more than one) and records how each
+// ended, in call order. act says why they run: a first attempt is
+// budgeted (and previewed in a dry run); a retry waits its backoff; a
+// resumed attempt is the one a dead worker began.
+func (r *run) executeGroup(ctx context.Context, group []*events.CallState, act action) error {
 	step := r.st.CurrentStep
 	var runs []*attempt
 	for _, c := range group {
@@ -155,28 +188,15 @@ func (r *run) executeGroup(ctx context.Context, group []*events.CallState) error
 		}
 		m := t.Manifest()
 		opID := events.OperationID(r.st.RunID, c.Call.ID)
-		if c.InFlight() && m.Permission == tools.Write {
-			// A write began and nobody saw it end: never re-run it blindly.
-			err := r.append(ctx, events.TypeExecuted, step, c.Call.ID, c.Call.Tool, events.ExecutedData{
-				Status: events.ExecUnknown, OperationID: opID, Attempt: c.Attempts(),
-				ErrorClass: "unknown_outcome", Message: "the worker running this write stopped before recording its end",
-			})
-			if err != nil {
-				return err
-			}
+		a := &attempt{c: c, tool: t, rerun: act == actRetry}
+		switch {
+		case act == actResume && m.Permission == tools.Write:
+			// A write began and nobody saw it end: finish that same attempt,
+			// guided by the idempotency record, never by a blind re-run.
+			a.ex = c.Executing[len(c.Executing)-1]
+			runs = append(runs, a)
 			continue
-		}
-		if c.Attempts() == 0 {
-			if !r.p.app.MayCall(r.task.Principal.Roles, c.Call.Tool) {
-				err := r.append(ctx, events.TypeDenied, step, c.Call.ID, c.Call.Tool, events.DeniedData{
-					Check:  "tool_allowed",
-					Reason: fmt.Sprintf("principal %s with roles %v may not call %s", r.task.Principal.ID, r.task.Principal.Roles, c.Call.Tool),
-				})
-				if err != nil {
-					return err
-				}
-				return r.finish(ctx, stop{events.ReasonPermissionDenied, fmt.Sprintf("%s may not call %s", r.task.Principal.ID, c.Call.Tool)}, nil)
-			}
+		case act == actExecute:
 			if s := beforeCall(r.st, r.limits, m, r.p.now(), r.deadline); !s.ok() {
 				return r.finish(ctx, s, nil)
 			}
@@ -191,29 +211,37 @@ func (r *run) executeGroup(ctx context.Context, group []*events.CallState) error
 				}
 				continue
 			}
-		} else if last := c.LastExecuted(); last != nil && last.Status == events.ExecTransient {
-			if err := r.backoff(ctx); err != nil {
-				return err
+		case act == actRetry:
+			if last := c.LastExecuted(); last != nil && last.Status == events.ExecTransient {
+				if err := r.backoff(ctx); err != nil {
+					return err
+				}
 			}
 		}
-		now := r.p.now()
-		a := &attempt{c: c, tool: t, ex: events.ExecutingData{
+		a.ex = events.ExecutingData{
 			OperationID: opID,
 			Attempt:     c.Attempts() + 1,
-			Deadline:    callDeadline(now, r.deadline, m.Timeout.D()).UTC(),
+			Deadline:    callDeadline(r.p.now(), r.deadline, m.Timeout.D()).UTC(),
 			ArgsHash:    c.Validated.ArgsHash,
-		}}
+		}
 		if err := r.append(ctx, events.TypeExecuting, step, c.Call.ID, c.Call.Tool, a.ex); err != nil {
 			return err
 		}
 		runs = append(runs, a)
 	}
+	run := func(a *attempt) {
+		if a.tool.Manifest().Permission == tools.Write {
+			a.out, a.err = r.runWrite(ctx, a)
+		} else {
+			a.out, a.err = r.invoke(ctx, a)
+		}
+	}
 	if len(runs) == 1 {
-		runs[0].out, runs[0].err = r.invoke(ctx, runs[0])
+		run(runs[0])
 	} else {
 		var wg sync.WaitGroup
 		for _, a := range runs {
-			wg.Go(func() { a.out, a.err = r.invoke(ctx, a) })
+			wg.Go(func() { run(a) })
 		}
 		wg.Wait()
 	}
@@ -315,13 +343,18 @@ func (r *run) observe(c *events.CallState) observation {
 	if c.Validated.Status != events.ValidOK {
 		return observeValidation(c.Call, c.Validated)
 	}
-	var view tools.View
-	if t, ok := r.p.registry.Lookup(c.Call.Tool); ok {
-		view = t.Manifest().View
-	}
+	view := r.manifest(c.Call.Tool).View
 	x := c.LastExecuted()
+	if d := c.Decision; d != nil && (x == nil || d.Kind == string(approvals.KindNeedsHuman)) {
+		if o, ok := observeDecision(c.Call, d, r.manifest(c.Call.Tool)); ok {
+			return o
+		}
+	}
 	if x == nil {
 		return observation{Status: obsError, Error: "not_executed", Tool: c.Call.Tool}
+	}
+	if rec := reconciledFor(c, c.Attempts()); rec != nil && rec.Applied && (x.Status == events.ExecTimeout || x.Status == events.ExecUnknown) {
+		return observeReconciled(c.Call, rec, view)
 	}
 	return observeExecution(c.Call, x, view)
 }

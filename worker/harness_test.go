@@ -218,8 +218,10 @@ func trail(t testing.TB, evs []events.Event) []string {
 	for _, e := range evs {
 		s := string(e.Type)
 		var status struct {
-			Status string        `json:"status"`
-			Reason events.Reason `json:"reason"`
+			Status   string        `json:"status"`
+			Reason   events.Reason `json:"reason"`
+			Decision string        `json:"decision"`
+			Class    string        `json:"class"`
 		}
 		_ = json.Unmarshal(e.Data, &status)
 		switch e.Type {
@@ -227,6 +229,10 @@ func trail(t testing.TB, evs []events.Event) []string {
 			s += ":" + status.Status
 		case events.TypeFinished:
 			s += ":" + string(status.Reason)
+		case events.TypeApproved:
+			s += ":" + status.Decision
+		case events.TypeApprovalRejected:
+			s += ":" + status.Class
 		case events.TypeProposed:
 			var p events.ProposedData
 			_ = e.Decode(&p)
@@ -336,4 +342,84 @@ func (l *logBuffer) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
+}
+
+// approval is an approval message as an approver's client publishes it.
+type approval struct {
+	RunID    string            `json:"run_id"`
+	CallID   string            `json:"call_id"`
+	ArgsHash string            `json:"args_hash"`
+	Decision string            `json:"decision"`
+	Approver map[string]string `json:"approver"`
+	Reason   string            `json:"reason,omitempty"`
+}
+
+// publishApproval publishes a decision on the approvals subject, like any
+// approver would, and returns its sequence in LOOPGATE_APPROVALS.
+func (b *bundle) publishApproval(runID, callID, hash, decision, approver, reason string) uint64 {
+	b.t.Helper()
+	payload, _ := json.Marshal(approval{RunID: runID, CallID: callID, ArgsHash: hash, Decision: decision, Approver: map[string]string{"id": approver}, Reason: reason})
+	ack, err := b.env.JS.Publish(b.t.Context(), events.ApprovalSubject("cityops", runID, callID), payload)
+	if err != nil {
+		b.t.Fatalf("publish approval: %v", err)
+	}
+	return ack.Sequence
+}
+
+// waitFor waits until the run has an event matching pred and returns it.
+func (b *bundle) waitFor(runID string, what string, pred func(events.Event) bool) events.Event {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(b.t.Context(), 30*time.Second)
+	defer cancel()
+	for e, err := range b.env.Journal.Watch(ctx, events.RunFilter("cityops", runID)) {
+		if err != nil {
+			b.t.Fatalf("watch run %s: %v", runID, err)
+		}
+		if pred(e) {
+			return e
+		}
+	}
+	b.t.Fatalf("run %s: no %s event: %v\nlogs:\n%s", runID, what, ctx.Err(), b.logs.String())
+	return events.Event{}
+}
+
+// waitType waits for the n-th (1-based) event of type typ.
+func (b *bundle) waitType(runID string, typ events.Type, n int) events.Event {
+	b.t.Helper()
+	seen := 0
+	return b.waitFor(runID, string(typ), func(e events.Event) bool {
+		if e.Type == typ {
+			seen++
+		}
+		return e.Type == typ && seen == n
+	})
+}
+
+// autoApprove answers every question the run asks with decision, as
+// approver, through the real approvals subject, until the run ends.
+func (b *bundle) autoApprove(runID, approver, decision, reason string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	go func() {
+		defer cancel()
+		for e, err := range b.env.Journal.Watch(ctx, events.RunFilter("cityops", runID)) {
+			if err != nil {
+				return
+			}
+			switch e.Type {
+			case events.TypeApprovalRequested:
+				var q events.ApprovalRequestedData
+				_ = e.Decode(&q)
+				payload, _ := json.Marshal(approval{RunID: runID, CallID: e.CallID, ArgsHash: q.ArgsHash, Decision: decision, Approver: map[string]string{"id": approver}, Reason: reason})
+				_, _ = b.env.JS.Publish(ctx, events.ApprovalSubject("cityops", runID, e.CallID), payload)
+			case events.TypeFinished:
+				return
+			}
+		}
+	}()
+}
+
+// gatedStep is the trail of one approved write.
+func gatedStep(tool string) []string {
+	return []string{"proposed", "validated:ok(" + tool + ")", "approval_requested(" + tool + ")", "parked", "approved:approve(" + tool + ")",
+		"executing(" + tool + ")", "executed:ok(" + tool + ")", "observed(" + tool + ")"}
 }

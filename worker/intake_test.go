@@ -48,7 +48,9 @@ func TestMalformedTasksAreRejectedAndTheWorkerGoesOn(t *testing.T) {
 	}
 
 	// The worker is still there, and the next good task runs.
-	evs := b.waitEnd(b.submit(task("good-after-bad", "escalation-assistant")))
+	good := b.submit(task("good-after-bad", "escalation-assistant"))
+	b.autoApprove(good, "supervisor@cityops", "approve", "")
+	evs := b.waitEnd(good)
 	if got := trail(t, evs); got[len(got)-1] != "finished:done" {
 		t.Fatalf("good task after bad ones: %v", got)
 	}
@@ -57,16 +59,17 @@ func TestMalformedTasksAreRejectedAndTheWorkerGoesOn(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	for {
-		info, err := b.env.JS.Stream(ctx, "LOOPGATE_WORK")
+		cons, err := b.env.JS.Consumer(ctx, "LOOPGATE_WORK", "loopgate-workers")
 		if err != nil {
-			t.Fatalf("work stream never drained: %v", err)
+			t.Fatalf("work queue never drained: %v", err)
 		}
-		if info.CachedInfo().State.Msgs == 0 {
+		info := cons.CachedInfo()
+		if info.NumPending == 0 && info.NumAckPending == 0 {
 			break
 		}
 		select {
 		case <-ctx.Done():
-			t.Fatalf("work stream still holds %d messages", info.CachedInfo().State.Msgs)
+			t.Fatalf("work queue still holds %d pending and %d unacked messages", info.NumPending, info.NumAckPending)
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
@@ -77,6 +80,7 @@ func TestRepublishingATaskYieldsOneRun(t *testing.T) {
 	b := setup(t, options{workers: 1}) // one worker: messages are handled in order
 	tk := task("once", "escalation-assistant")
 	runID := b.submit(tk)
+	b.autoApprove(runID, "supervisor@cityops", "approve", "")
 	// Within the duplicate window JetStream drops the copy outright.
 	payload, _ := json.Marshal(tk)
 	if ack := b.publishRaw("cityops", payload, tk.TaskID); !ack.Duplicate {
@@ -86,7 +90,7 @@ func TestRepublishingATaskYieldsOneRun(t *testing.T) {
 	// A copy that escapes deduplication (another msg id, or after the
 	// window) finds the finished run and starts nothing.
 	b.publishRaw("cityops", payload, "")
-	b.submit(task("marker", "escalation-assistant"))
+	b.autoApprove(b.submit(task("marker", "escalation-assistant")), "supervisor@cityops", "approve", "")
 	b.waitEnd(events.RunID("cityops", "marker"))
 	again, _, err := b.env.Journal.Load(t.Context(), "cityops", runID)
 	if err != nil {

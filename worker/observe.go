@@ -1,9 +1,11 @@
 package worker
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 
+	"github.com/loopgate/loopgate/approvals"
 	"github.com/loopgate/loopgate/events"
 	"github.com/loopgate/loopgate/tools"
 )
@@ -71,9 +73,52 @@ func observeExecution(call events.ToolCall, x *events.ExecutedData, view tools.V
 		o.Message = fmt.Sprintf("%s failed unexpectedly and is quarantined for the rest of this run", call.Tool)
 	case events.ExecUnknown:
 		o.Status, o.Error = obsError, events.ExecUnknown
-		o.Message = fmt.Sprintf("the outcome of %s is unknown (interrupted); it was not retried", call.Tool)
+		o.Message = fmt.Sprintf("the outcome of %s is unknown; it was not retried", call.Tool)
+	case events.ExecConflict:
+		o.Status, o.Error = obsError, events.ExecConflict
+		o.Message = fmt.Sprintf("%s was not executed: its operation id is already bound to other arguments", call.Tool)
 	default:
 		o.Status, o.Error = obsError, x.Status
+	}
+	return o
+}
+
+// observeDecision is the observation of a human's decision that ended a
+// call without (further) execution. ok is false when the decision lets the
+// call's execution speak for itself.
+func observeDecision(call events.ToolCall, d *events.ApprovedData, m tools.Manifest) (observation, bool) {
+	o := observation{Status: obsError, Tool: call.Tool}
+	switch approvals.Decision(d.Decision) {
+	case approvals.Deny:
+		o.Error = "denied"
+		o.Message = fmt.Sprintf("DENIED by %s: %s. Propose an alternative.", d.Approver, cmp.Or(d.Reason, "no reason given"))
+	case approvals.Expired:
+		o.Error = "expired"
+		ttl := ""
+		if m.ApprovalTTL > 0 {
+			ttl = " within " + m.ApprovalTTL.D().String()
+		}
+		o.Message = fmt.Sprintf("EXPIRED: no approver decided on this %s call%s. Propose an alternative.", call.Tool, ttl)
+	case approvals.MarkDone:
+		o.Status = obsOK
+		o.Message = fmt.Sprintf("the outcome was unknown; %s confirmed the operation took effect", d.Approver)
+	case approvals.Abandon:
+		o.Error = "abandoned"
+		o.Message = fmt.Sprintf("ABANDONED by %s: the outcome stays unknown; do not retry this call. %s", d.Approver, d.Reason)
+	default:
+		return observation{}, false
+	}
+	return o, true
+}
+
+// observeReconciled is the observation of an unknown outcome that the
+// tool's reconcile check found took effect.
+func observeReconciled(call events.ToolCall, rec *events.ReconciledData, view tools.View) observation {
+	o := observation{Status: obsOK, Tool: call.Tool, Message: "the call timed out, but " + rec.Via + " confirmed it took effect"}
+	if len(rec.Result) > 0 {
+		if data, err := view.Apply(rec.Result); err == nil {
+			o.Data = data
+		}
 	}
 	return o
 }

@@ -29,13 +29,16 @@ const (
 )
 
 func (o outcome) String() string {
+	if o < 0 || int(o) >= 4 {
+		return "again"
+	}
 	return [...]string{"settled", "rejected", "retry", "stopping"}[o]
 }
 
 // classify maps the error a run ended with to an outcome.
 func classify(err error) outcome {
 	switch {
-	case err == nil:
+	case err == nil, errors.Is(err, errParked):
 		return settled
 	case errors.Is(err, context.Canceled):
 		return stopping

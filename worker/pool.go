@@ -12,8 +12,10 @@ import (
 	"github.com/kaptinlin/jsonschema"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/loopgate/loopgate/approvals"
 	"github.com/loopgate/loopgate/config"
 	"github.com/loopgate/loopgate/events"
+	"github.com/loopgate/loopgate/idempotency"
 	"github.com/loopgate/loopgate/journal"
 	"github.com/loopgate/loopgate/model"
 	"github.com/loopgate/loopgate/schemas"
@@ -86,24 +88,29 @@ type Deps struct {
 
 // Pool is a set of identical workers sharing the loopgate-workers consumer.
 type Pool struct {
-	js         jetstream.JetStream
-	journal    *journal.Journal
-	app        *config.Config
-	registry   *tools.Registry
-	models     map[string]model.Model
-	opts       Config
-	log        *slog.Logger
-	ids        events.IDSource
-	now        func() time.Time
-	taskSchema *jsonschema.Schema
-	decisions  *decisionParser
+	js          jetstream.JetStream
+	journal     *journal.Journal
+	app         *config.Config
+	registry    *tools.Registry
+	models      map[string]model.Model
+	opts        Config
+	log         *slog.Logger
+	ids         events.IDSource
+	now         func() time.Time
+	taskSchema  *jsonschema.Schema
+	approvalSch *jsonschema.Schema
+	decisions   *decisionParser
 
-	mu      sync.Mutex
-	started bool
-	stopped bool
-	iter    jetstream.MessagesContext
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup
+	approvals *approvals.Store
+	idem      *idempotency.Store
+
+	mu           sync.Mutex
+	started      bool
+	stopped      bool
+	iter         jetstream.MessagesContext
+	approvalIter jetstream.MessagesContext
+	cancel       context.CancelFunc
+	wg           sync.WaitGroup
 }
 
 // New makes a pool. It does not consume until Start.
@@ -123,6 +130,10 @@ func New(d Deps, cfg *Config) (*Pool, error) {
 	if err != nil {
 		return nil, fmt.Errorf("worker: compile task schema: %w", err)
 	}
+	approvalSch, err := schemas.Compile("approval.schema.json")
+	if err != nil {
+		return nil, fmt.Errorf("worker: compile approval schema: %w", err)
+	}
 	decisions, err := newDecisionParser()
 	if err != nil {
 		return nil, fmt.Errorf("worker: %w", err)
@@ -139,17 +150,18 @@ func New(d Deps, cfg *Config) (*Pool, error) {
 		}
 	}
 	return &Pool{
-		js:         d.JS,
-		journal:    d.Journal,
-		app:        d.App,
-		registry:   d.Registry,
-		models:     models,
-		opts:       c,
-		log:        c.Logger,
-		ids:        c.IDs,
-		now:        c.Clock,
-		taskSchema: taskSchema,
-		decisions:  decisions,
+		js:          d.JS,
+		journal:     d.Journal,
+		app:         d.App,
+		registry:    d.Registry,
+		models:      models,
+		opts:        c,
+		log:         c.Logger,
+		ids:         c.IDs,
+		now:         c.Clock,
+		taskSchema:  taskSchema,
+		approvalSch: approvalSch,
+		decisions:   decisions,
 	}, nil
 }
 
@@ -162,6 +174,23 @@ func (p *Pool) Start(ctx context.Context) error {
 	if p.started {
 		return errors.New("worker: pool already started")
 	}
+	akv, err := p.js.KeyValue(ctx, journal.BucketApprovals)
+	if err != nil {
+		return fmt.Errorf("worker: bucket %s: %w", journal.BucketApprovals, err)
+	}
+	ikv, err := p.js.KeyValue(ctx, journal.BucketIdempotency)
+	if err != nil {
+		return fmt.Errorf("worker: bucket %s: %w", journal.BucketIdempotency, err)
+	}
+	p.approvals, p.idem = approvals.NewStore(akv), idempotency.NewStore(ikv)
+	acons, err := p.js.Consumer(ctx, journal.StreamApprovals, journal.ConsumerApprovals)
+	if err != nil {
+		return fmt.Errorf("worker: consumer %s on %s: %w", journal.ConsumerApprovals, journal.StreamApprovals, err)
+	}
+	aiter, err := acons.Messages(jetstream.PullMaxMessages(1))
+	if err != nil {
+		return fmt.Errorf("worker: consume %s: %w", journal.StreamApprovals, err)
+	}
 	cons, err := p.js.Consumer(ctx, journal.StreamWork, journal.ConsumerWorkers)
 	if err != nil {
 		return fmt.Errorf("worker: consumer %s on %s: %w", journal.ConsumerWorkers, journal.StreamWork, err)
@@ -170,13 +199,17 @@ func (p *Pool) Start(ctx context.Context) error {
 	// unacked message nobody is working on.
 	iter, err := cons.Messages(jetstream.PullMaxMessages(p.opts.Workers))
 	if err != nil {
+		aiter.Stop()
 		return fmt.Errorf("worker: consume %s: %w", journal.StreamWork, err)
 	}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	p.iter, p.cancel, p.started = iter, cancel, true
+	p.iter, p.approvalIter, p.cancel, p.started = iter, aiter, cancel, true
 	for range p.opts.Workers {
 		p.wg.Go(func() { p.consume(runCtx, iter) })
 	}
+	// Approval messages are decided one at a time per process: each is a
+	// few KV and stream operations, and order within a call matters.
+	p.wg.Go(func() { p.consumeApprovals(runCtx, aiter) })
 	p.log.InfoContext(ctx, "workers started", "workers", p.opts.Workers)
 	return nil
 }
@@ -193,6 +226,7 @@ func (p *Pool) Stop(ctx context.Context) error {
 	p.stopped = true
 	p.mu.Unlock()
 	p.iter.Drain()
+	p.approvalIter.Drain()
 	done := make(chan struct{})
 	go func() { p.wg.Wait(); close(done) }()
 	select {
@@ -314,7 +348,7 @@ func (p *Pool) process(ctx context.Context, msg jetstream.Msg) (outcome, string)
 			return p.failed(ctx, r, err)
 		}
 	}
-	return p.failed(ctx, r, r.drive(ctx))
+	return p.drive(ctx, r)
 }
 
 // resume continues a run woken through loopgate.resume.<tenant>.<run_id>.
@@ -339,16 +373,46 @@ func (p *Pool) resume(ctx context.Context, tenant, runID string) (outcome, strin
 		p.log.ErrorContext(ctx, "prepare run", "run_id", runID, "err", err)
 		return retry, ""
 	}
-	return p.failed(ctx, r, r.drive(ctx))
+	return p.drive(ctx, r)
 }
 
 // failed logs a run's error, if any, and classifies it.
 func (p *Pool) failed(ctx context.Context, r *run, err error) (outcome, string) {
 	o := classify(err)
-	if err != nil && o != stopping {
-		r.log.WarnContext(ctx, "run interrupted; it will be continued from its events", "err", err, "outcome", o.String())
+	if err != nil && o == retry {
+		r.log.WarnContext(ctx, "run interrupted; it will be continued from its events", "err", err)
 	}
 	return o, ""
+}
+
+// maxReloads bounds how often a worker that lost an append race reloads the
+// run and goes on before handing the message back.
+const maxReloads = 3
+
+// drive runs r and, when another writer appended to the run first (an
+// approval handler, or a second worker forced onto the run), reloads its
+// events and continues from what they now say. Only the writer whose
+// executing append won ever runs the tool.
+func (p *Pool) drive(ctx context.Context, r *run) (outcome, string) {
+	err := r.drive(ctx)
+	for i := 0; i < maxReloads && errors.Is(err, journal.ErrConflict); i++ {
+		evs, last, lerr := p.journal.Load(ctx, r.task.Tenant, r.st.RunID)
+		if lerr != nil {
+			return p.failed(ctx, r, lerr)
+		}
+		st, ferr := events.Fold(evs)
+		if ferr != nil {
+			return p.failed(ctx, r, ferr)
+		}
+		nr, nerr := p.newRun(st, last, r.task, r.limits)
+		if nerr != nil {
+			return p.failed(ctx, r, nerr)
+		}
+		r.log.DebugContext(ctx, "lost an append race; reloaded the run", "last_seq", st.LastSeq)
+		r = nr
+		err = r.drive(ctx)
+	}
+	return p.failed(ctx, r, err)
 }
 
 // reject records a task that cannot become a run, then terminates its

@@ -57,6 +57,9 @@ func (p *Pool) newRun(st *events.RunState, last uint64, task events.Task, limits
 		limits:  limits,
 		model:   m,
 	}
+	if st.RunID == "" {
+		st.RunID = events.RunID(task.Tenant, task.TaskID)
+	}
 	r.log = p.log.With("run_id", st.RunID, "tenant", task.Tenant, "agent", task.Agent)
 	// The model is shown only the tools the principal may call.
 	for _, name := range profile.Tools {
@@ -100,9 +103,6 @@ func (r *run) append(ctx context.Context, typ events.Type, step int, callID, too
 
 // start records the run's first event.
 func (r *run) start(ctx context.Context) error {
-	if r.st.RunID == "" {
-		r.st.RunID = events.RunID(r.task.Tenant, r.task.TaskID)
-	}
 	err := r.append(ctx, events.TypeStarted, 0, "", "", events.StartedData{
 		Task:    r.task,
 		Profile: r.task.Agent,

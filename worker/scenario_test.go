@@ -18,15 +18,18 @@ func TestHappyPathDraftsThreeEscalations(t *testing.T) {
 	t.Parallel()
 	b := setup(t, options{})
 	runID := b.submit(task("happy-1", "escalation-assistant"))
+	b.autoApprove(runID, "supervisor@cityops", "approve", "")
 	evs := b.waitEnd(runID)
 
+	// Each draft waits for the supervisor's approval of its exact
+	// arguments, then runs once; the model is not asked again in between.
 	assertTrail(t, evs, concat(
 		[]string{"started"},
 		okStep("get_procedure"),
 		okStep("lookup_complaints"),
-		okStep("draft_escalation"),
-		okStep("draft_escalation"),
-		okStep("draft_escalation"),
+		gatedStep("draft_escalation"),
+		gatedStep("draft_escalation"),
+		gatedStep("draft_escalation"),
 		[]string{"proposed:final", "finished:done"},
 	))
 	fin := last[events.FinishedData](t, evs, events.TypeFinished)

@@ -1,0 +1,143 @@
+package approvals
+
+import (
+	"time"
+)
+
+// Decision is what an approver decides, or what expiry decides for them.
+type Decision string
+
+// Decisions. Approve and Deny answer an approval; MarkDone, Retry and
+// Abandon answer a call whose outcome is unknown; Expired is loopgate's,
+// never an approver's.
+const (
+	Approve  Decision = "approve"
+	Deny     Decision = "deny"
+	Expired  Decision = "expired"
+	MarkDone Decision = "mark_done"
+	Retry    Decision = "retry"
+	Abandon  Decision = "abandon"
+)
+
+// Kind is what a pending entry asks a human.
+type Kind string
+
+// Kinds.
+const (
+	// KindApproval: may this exact call run?
+	KindApproval Kind = "approval"
+	// KindNeedsHuman: a write's outcome is unknown; did it happen, should
+	// it be retried, or abandoned?
+	KindNeedsHuman Kind = "needs_human"
+)
+
+// Accepts reports whether d answers a question of kind k.
+func (k Kind) Accepts(d Decision) bool {
+	switch k {
+	case KindApproval:
+		return d == Approve || d == Deny
+	case KindNeedsHuman:
+		return d == MarkDone || d == Retry || d == Abandon
+	}
+	return false
+}
+
+// Message is an approval as an approver publishes it on
+// loopgate.approvals.<tenant>.<run_id>.<call_id>. It matches
+// schemas/approval.schema.json.
+type Message struct {
+	RunID    string   `json:"run_id"`
+	CallID   string   `json:"call_id"`
+	ArgsHash string   `json:"args_hash"`
+	Decision Decision `json:"decision"`
+	Approver Approver `json:"approver"`
+	Reason   string   `json:"reason,omitempty"`
+}
+
+// Approver names who decided. Their roles come from the policy.
+type Approver struct {
+	ID string `json:"id"`
+}
+
+// StatePending is the state of an entry awaiting a decision; a decided
+// entry's state is its decision.
+const StatePending = "pending"
+
+// Entry is the state of one gated call in loopgate_approvals, key
+// <run_id>.<call_id>.
+type Entry struct {
+	State       string    `json:"state"`
+	Kind        Kind      `json:"kind"`
+	Round       int       `json:"round"`
+	Tenant      string    `json:"tenant"`
+	RunID       string    `json:"run_id"`
+	CallID      string    `json:"call_id"`
+	Step        int       `json:"step"`
+	Tool        string    `json:"tool"`
+	Args        []byte    `json:"args,omitempty"`
+	ArgsHash    string    `json:"args_hash"`
+	OperationID string    `json:"operation_id"`
+	Principal   string    `json:"principal"`
+	Why         string    `json:"why,omitempty"`
+	RequestedAt time.Time `json:"requested_at"`
+	ExpiresAt   time.Time `json:"expires_at"`
+
+	Decision    Decision  `json:"decision,omitempty"`
+	DecidedBy   string    `json:"decided_by,omitempty"`
+	Reason      string    `json:"reason,omitempty"`
+	DecidedAt   time.Time `json:"decided_at,omitzero"`
+	DecisionSeq uint64    `json:"decision_seq,omitempty"` // LOOPGATE_APPROVALS sequence of the deciding message
+}
+
+// Pending reports whether the entry awaits a decision.
+func (e *Entry) Pending() bool { return e.State == StatePending }
+
+// Key is the KV key of a call's entry.
+func Key(runID, callID string) string { return runID + "." + callID }
+
+// Rejection classes: why a message did not decide a call. Each is recorded
+// in the run's trail as an approval_rejected event.
+const (
+	RejectInvalid      = "invalid"            // the message does not match the schema or its subject
+	RejectNoRequest    = "no_such_request"    // the call has no pending question
+	RejectNotPending   = "not_pending"        // already decided: a duplicate, a replay or a late race
+	RejectWrongKind    = "wrong_decision"     // e.g. approve for a needs_human question
+	RejectHashMismatch = "args_hash_mismatch" // stale or forged: not the arguments that would run
+	RejectUnknown      = "unknown_approver"   // the approver is not in the policy
+	RejectNotAllowed   = "not_authorized"     // the approver's roles may not approve this tool
+	RejectSelf         = "self_approval"      // the approver is the principal who asked
+	RejectExpired      = "expired"            // the question expired before the decision arrived
+)
+
+// Policy is what Check needs to know about the approver.
+type Policy struct {
+	// Known: the approver id is in the policy.
+	Known bool
+	// MayApprove: one of the approver's configured roles may approve the tool.
+	MayApprove bool
+	// AllowSelf: self-approval is allowed.
+	AllowSelf bool
+}
+
+// Check decides whether msg may decide entry. It returns "" when it may,
+// else a rejection class and a detail for the audit trail. The order
+// matters: a replay of a decided call is a no-op whoever sends it.
+func Check(msg Message, e Entry, p Policy, now time.Time) (class, detail string) {
+	switch {
+	case !e.Pending():
+		return RejectNotPending, "already decided: " + string(e.Decision) + " by " + e.DecidedBy
+	case !e.Kind.Accepts(msg.Decision):
+		return RejectWrongKind, "decision " + string(msg.Decision) + " does not answer a " + string(e.Kind) + " question"
+	case msg.ArgsHash != e.ArgsHash:
+		return RejectHashMismatch, "args_hash " + msg.ArgsHash + " is not the pending " + e.ArgsHash
+	case !p.Known:
+		return RejectUnknown, msg.Approver.ID + " is not an approver in the policy"
+	case !p.MayApprove:
+		return RejectNotAllowed, msg.Approver.ID + "'s roles may not approve " + e.Tool
+	case msg.Approver.ID == e.Principal && !p.AllowSelf:
+		return RejectSelf, msg.Approver.ID + " asked for this run and may not approve it"
+	case !now.Before(e.ExpiresAt):
+		return RejectExpired, "the question expired at " + e.ExpiresAt.UTC().Format(time.RFC3339)
+	}
+	return "", ""
+}

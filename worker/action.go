@@ -1,0 +1,101 @@
+package worker
+
+import (
+	"github.com/loopgate/loopgate/approvals"
+	"github.com/loopgate/loopgate/events"
+	"github.com/loopgate/loopgate/tools"
+)
+
+// action is what a call needs next. nextAction derives it from the call's
+// events alone, so a worker that resumes a run after a crash, an approval
+// or an expiry does exactly what the run was about to do.
+type action int
+
+const (
+	actObserve         action = iota // nothing more will run: observe it
+	actWait                          // a human decides: park
+	actRequestApproval               // a gated call: ask for approval of its exact arguments
+	actRequestHuman                  // a write's outcome is unknown: ask a human
+	actExecute                       // first attempt (or a dry-run preview)
+	actRetry                         // another attempt, allowed by policy or by a human
+	actResume                        // an attempt began and its end was never recorded
+	actReconcile                     // ask the reconcile tool whether an unknown outcome took effect
+	actStop                          // a denial that stops the run
+)
+
+var actionNames = [...]string{"observe", "wait", "request_approval", "request_human", "execute", "retry", "resume", "reconcile", "stop"}
+
+func (a action) String() string { return actionNames[a] }
+
+// nextAction is the write path's state machine for one call.
+func nextAction(c *events.CallState, m tools.Manifest, dryRun bool) action {
+	if c.Validated == nil || c.Validated.Status != events.ValidOK || c.Denied != nil {
+		return actObserve
+	}
+	if c.Awaiting() {
+		return actWait
+	}
+	write := m.Permission == tools.Write
+	if c.Attempts() == 0 && len(c.Executed) == 0 {
+		// Dry run previews writes without approval: a preview is not consent.
+		if m.NeedsApproval() && !(dryRun && write) {
+			switch {
+			case c.Decision == nil:
+				return actRequestApproval
+			case c.Decision.Decision == string(approvals.Approve):
+				return actExecute
+			case m.OnDeny == tools.OnDenyStop:
+				return actStop
+			default:
+				return actObserve // denied or expired: the model hears it
+			}
+		}
+		return actExecute
+	}
+	if c.InFlight() {
+		return actResume
+	}
+	last := c.LastExecuted()
+	switch last.Status {
+	case events.ExecTransient:
+		if c.Attempts() < maxAttempts {
+			return actRetry
+		}
+	case events.ExecTimeout, events.ExecUnknown:
+		if !write {
+			return actObserve // a read's timeout is reported, not chased
+		}
+		if r := c.Request; r != nil && r.Kind == string(approvals.KindNeedsHuman) && r.Attempt == c.Attempts() && c.Decision != nil {
+			if c.Decision.Decision == string(approvals.Retry) {
+				return actRetry
+			}
+			return actObserve // mark_done or abandon
+		}
+		if m.Idempotent && c.Attempts() < maxAttempts {
+			return actRetry // the tool dedupes by operation id
+		}
+		if m.Reconcile != "" {
+			rec := reconciledFor(c, c.Attempts())
+			switch {
+			case rec == nil:
+				return actReconcile
+			case rec.Applied:
+				return actObserve
+			case rec.Error == "" && c.Attempts() < maxAttempts:
+				return actRetry // it did not take effect: safe to try again
+			}
+		}
+		return actRequestHuman
+	}
+	return actObserve
+}
+
+// reconciledFor returns the reconcile answer about the given attempt.
+func reconciledFor(c *events.CallState, attempt int) *events.ReconciledData {
+	for i := len(c.Reconciled) - 1; i >= 0; i-- {
+		if c.Reconciled[i].Attempt == attempt {
+			return &c.Reconciled[i]
+		}
+	}
+	return nil
+}

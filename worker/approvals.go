@@ -1,0 +1,241 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/kaptinlin/jsonschema"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/loopgate/loopgate/approvals"
+	"github.com/loopgate/loopgate/events"
+	"github.com/loopgate/loopgate/journal"
+	"github.com/loopgate/loopgate/schemas"
+)
+
+// maxApprovalBytes bounds an approval message.
+const maxApprovalBytes = 16 << 10
+
+func (p *Pool) consumeApprovals(ctx context.Context, iter jetstream.MessagesContext) {
+	for {
+		msg, err := iter.Next()
+		if err != nil {
+			if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+				return
+			}
+			p.log.WarnContext(ctx, "fetch approvals", "err", err)
+			continue
+		}
+		if p.stopping() {
+			_ = msg.NakWithDelay(time.Second)
+			continue
+		}
+		o, reason := p.decideSafely(ctx, msg)
+		if err := settle(msg, o, reason, p.opts.RetryDelay); err != nil {
+			p.log.WarnContext(ctx, "settle approval message", "subject", msg.Subject(), "err", err)
+		}
+	}
+}
+
+func (p *Pool) decideSafely(ctx context.Context, msg jetstream.Msg) (o outcome, reason string) {
+	defer func() {
+		if v := recover(); v != nil {
+			p.log.ErrorContext(ctx, "approval handling panicked; message will be redelivered", "subject", msg.Subject(), "panic", v)
+			o = retry
+		}
+	}()
+	for range maxReloads {
+		if o, reason = p.decide(ctx, msg); o != again {
+			return o, reason
+		}
+	}
+	return retry, ""
+}
+
+// again means an append lost a race with another writer of the run (its
+// worker parking it, or another approval): decide again from a fresh load.
+const again outcome = -1
+
+// decide applies one approval message to its run. Whatever the message
+// says, it either decides a pending call (first valid decision wins, by
+// compare-and-set) and wakes the run, or is recorded in the run's trail as
+// an approval_rejected event naming why. It never executes anything: the
+// woken run executes exactly the call that was approved.
+func (p *Pool) decide(ctx context.Context, msg jetstream.Msg) (outcome, string) {
+	tenant, runID, callID, err := parseApprovalSubject(msg.Subject())
+	if err != nil {
+		p.log.WarnContext(ctx, "approval on a malformed subject dropped", "subject", msg.Subject(), "err", err)
+		return rejected, err.Error()
+	}
+	meta, err := msg.Metadata()
+	if err != nil {
+		return retry, ""
+	}
+	seq := meta.Sequence.Stream
+	evs, last, err := p.journal.Load(ctx, tenant, runID)
+	if err != nil {
+		return retry, ""
+	}
+	st, err := events.Fold(evs)
+	if err != nil {
+		p.log.ErrorContext(ctx, "run trail does not fold", "run_id", runID, "err", err)
+		return retry, ""
+	}
+	if st.Started == nil {
+		p.log.WarnContext(ctx, "approval for an unknown run dropped", "tenant", tenant, "run_id", runID, "call_id", callID, "approval_seq", seq)
+		return rejected, "no such run"
+	}
+	r, err := p.newRun(st, last, st.Started.Task, st.Started.Limits)
+	if err != nil {
+		return retry, ""
+	}
+	reject := func(class, detail string, m *approvals.Message, errs []events.FieldError) (outcome, string) {
+		d := events.ApprovalRejectedData{Class: class, Detail: detail, Errors: errs, ApprovalSeq: seq}
+		if m != nil {
+			d.Decision, d.Approver, d.ArgsHash = string(m.Decision), m.Approver.ID, m.ArgsHash
+		}
+		tool := ""
+		if c := st.Call(callID); c != nil {
+			tool = c.Call.Tool
+		}
+		if err := r.append(ctx, events.TypeApprovalRejected, st.CurrentStep, callID, tool, d); err != nil {
+			return appendFailed(err)
+		}
+		r.log.WarnContext(ctx, "approval rejected", "call_id", callID, "class", class, "detail", detail, "approver", d.Approver)
+		return settled, ""
+	}
+
+	m, errs := p.parseApproval(msg.Data())
+	if errs != nil {
+		return reject(approvals.RejectInvalid, "the message does not match schemas/approval.schema.json", m, errs)
+	}
+	if m.RunID != runID || m.CallID != callID {
+		return reject(approvals.RejectInvalid, fmt.Sprintf("the message names run %s call %s, its subject run %s call %s", m.RunID, m.CallID, runID, callID), m, nil)
+	}
+	c := st.Call(callID)
+	if c == nil || c.Request == nil {
+		return reject(approvals.RejectNoRequest, "no question is pending for this call", m, nil)
+	}
+	entry, rev, err := p.approvals.Get(ctx, runID, callID)
+	if errors.Is(err, approvals.ErrNotFound) {
+		// The worker asking is between its event and its entry: try later.
+		return retry, ""
+	}
+	if err != nil {
+		return retry, ""
+	}
+	if !entry.Pending() && entry.DecisionSeq == seq && c.Awaiting() && entry.Round == c.Request.Round {
+		// This message decided the entry and its handler died before
+		// recording it: finish the job.
+		return p.recordDecision(ctx, r, c, entry)
+	}
+	roles, known := p.app.ApproverRoles(m.Approver.ID)
+	class, detail := approvals.Check(*m, entry, approvals.Policy{
+		Known:      known,
+		MayApprove: p.app.MayApprove(roles, entry.Tool),
+		AllowSelf:  p.app.Policy.AllowSelfApproval,
+	}, p.now())
+	if class == approvals.RejectExpired && c.Awaiting() {
+		if err := r.expire(ctx, c); err != nil && !errors.Is(err, errParked) {
+			return retry, ""
+		}
+		if err := p.wake(ctx, tenant, runID, fmt.Sprintf("wake/%s/%s/%d", runID, callID, entry.Round)); err != nil {
+			return retry, ""
+		}
+	}
+	if class != "" {
+		return reject(class, detail, m, nil)
+	}
+	entry.State = decidedState(m.Decision)
+	entry.Decision, entry.DecidedBy, entry.Reason = m.Decision, m.Approver.ID, m.Reason
+	entry.DecidedAt, entry.DecisionSeq = p.now().UTC(), seq
+	if err := p.approvals.Decide(ctx, entry, rev); err != nil {
+		if errors.Is(err, approvals.ErrLost) {
+			cur, _, gerr := p.approvals.Get(ctx, runID, callID)
+			if gerr != nil {
+				return retry, ""
+			}
+			return reject(approvals.RejectNotPending, "already decided: "+string(cur.Decision)+" by "+cur.DecidedBy, m, nil)
+		}
+		return retry, ""
+	}
+	return p.recordDecision(ctx, r, c, entry)
+}
+
+// recordDecision appends the decided entry as an approved event and wakes
+// the run.
+func (p *Pool) recordDecision(ctx context.Context, r *run, c *events.CallState, e approvals.Entry) (outcome, string) {
+	err := r.append(ctx, events.TypeApproved, e.Step, c.Call.ID, c.Call.Tool, events.ApprovedData{
+		Kind:        string(e.Kind),
+		Round:       e.Round,
+		Decision:    string(e.Decision),
+		Approver:    e.DecidedBy,
+		ArgsHash:    e.ArgsHash,
+		Reason:      e.Reason,
+		ApprovalSeq: e.DecisionSeq,
+	})
+	if err != nil {
+		// Retried, now or on redelivery: the entry names this message, so
+		// the retry records it.
+		return appendFailed(err)
+	}
+	r.log.InfoContext(ctx, "call decided", "call_id", c.Call.ID, "tool", c.Call.Tool, "decision", e.Decision, "approver", e.DecidedBy)
+	if err := p.wake(ctx, e.Tenant, e.RunID, fmt.Sprintf("wake/%s/%s/%d", e.RunID, e.CallID, e.Round)); err != nil {
+		return retry, ""
+	}
+	return settled, ""
+}
+
+func appendFailed(err error) (outcome, string) {
+	if errors.Is(err, journal.ErrConflict) {
+		return again, ""
+	}
+	return retry, ""
+}
+
+func decidedState(d approvals.Decision) string {
+	switch d {
+	case approvals.Approve:
+		return "approved"
+	case approvals.Deny:
+		return "denied"
+	}
+	return string(d)
+}
+
+// parseApproval validates an approval message. On failure it returns what
+// it could read of the message (for the audit record) and field errors.
+func (p *Pool) parseApproval(data []byte) (*approvals.Message, []events.FieldError) {
+	if len(data) > maxApprovalBytes {
+		return nil, []events.FieldError{{Message: fmt.Sprintf("message is %d bytes, over the limit of %d", len(data), maxApprovalBytes)}}
+	}
+	if !json.Valid(data) {
+		return nil, []events.FieldError{{Message: "message is not valid JSON"}}
+	}
+	var m approvals.Message
+	_ = json.Unmarshal(data, &m)
+	if res := p.approvalSchema().ValidateJSON(data); !res.IsValid() {
+		errs := schemas.Errors(res)
+		if len(errs) == 0 {
+			errs = []events.FieldError{{Message: "does not match the approval schema"}}
+		}
+		return &m, errs
+	}
+	return &m, nil
+}
+
+func (p *Pool) approvalSchema() *jsonschema.Schema { return p.approvalSch }
+
+// parseApprovalSubject splits loopgate.approvals.<tenant>.<run_id>.<call_id>.
+func parseApprovalSubject(subject string) (tenant, runID, callID string, err error) {
+	parts := strings.Split(subject, ".")
+	if len(parts) != 5 || parts[0] != "loopgate" || parts[1] != "approvals" ||
+		!events.ValidToken(parts[2]) || !events.ValidToken(parts[3]) || !events.ValidToken(parts[4]) {
+		return "", "", "", fmt.Errorf("not an approval subject: %q", subject)
+	}
+	return parts[2], parts[3], parts[4], nil
+}

@@ -1,0 +1,167 @@
+package worker
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/loopgate/loopgate/approvals"
+	"github.com/loopgate/loopgate/events"
+	"github.com/loopgate/loopgate/journal"
+)
+
+// requestHuman asks a human about a call: kind approval (may these exact
+// arguments run?) or needs_human (the outcome is unknown: mark_done, retry
+// or abandon). It records the question, then parks the run.
+func (r *run) requestHuman(ctx context.Context, c *events.CallState, kind approvals.Kind) error {
+	m := r.manifest(c.Call.Tool)
+	if kind == approvals.KindApproval {
+		// Do not ask a human for a call no budget would let run.
+		if s := beforeCall(r.st, r.limits, m, r.p.now(), r.deadline); !s.ok() {
+			return r.finish(ctx, s, nil)
+		}
+	}
+	round := 1
+	if c.Request != nil {
+		round = c.Request.Round + 1
+	}
+	why := fmt.Sprintf("%s is a %s tool: a human must approve these exact arguments", c.Call.Tool, m.Permission)
+	if kind == approvals.KindNeedsHuman {
+		last := c.LastExecuted()
+		why = fmt.Sprintf("the outcome of attempt %d is unknown (%s): decide mark_done, retry or abandon", c.Attempts(), last.Status)
+	}
+	ttl := cmp.Or(m.ApprovalTTL, r.profile.ApprovalTTL, events.Duration(24*time.Hour))
+	q := events.ApprovalRequestedData{
+		Kind:        string(kind),
+		Round:       round,
+		Tool:        c.Call.Tool,
+		Args:        c.Validated.Args,
+		ArgsHash:    c.Validated.ArgsHash,
+		OperationID: events.OperationID(r.st.RunID, c.Call.ID),
+		Principal:   r.task.Principal.ID,
+		Why:         why,
+		ExpiresAt:   r.p.now().Add(ttl.D()).UTC(),
+		Attempt:     c.Attempts(),
+	}
+	// The entry exists before anyone can read the question: an approver
+	// who reacts to the event finds it pending.
+	if err := r.p.approvals.Request(ctx, r.entry(c.Call.ID, q)); err != nil {
+		return err
+	}
+	if err := r.append(ctx, events.TypeApprovalRequested, r.st.CurrentStep, c.Call.ID, c.Call.Tool, q); err != nil {
+		return err
+	}
+	return r.park(ctx, c)
+}
+
+// entry is the pending KV entry of question q about call callID.
+func (r *run) entry(callID string, q events.ApprovalRequestedData) approvals.Entry {
+	return approvals.Entry{
+		Kind:        approvals.Kind(q.Kind),
+		Round:       q.Round,
+		Tenant:      r.task.Tenant,
+		RunID:       r.st.RunID,
+		CallID:      callID,
+		Step:        r.st.CurrentStep,
+		Tool:        q.Tool,
+		Args:        q.Args,
+		ArgsHash:    q.ArgsHash,
+		OperationID: q.OperationID,
+		Principal:   q.Principal,
+		Why:         q.Why,
+		RequestedAt: r.p.now().UTC(),
+		ExpiresAt:   q.ExpiresAt,
+	}
+}
+
+// errParked ends a worker's hold on a run that now waits for a human.
+var errParked = errors.New("run parked")
+
+// wait handles a wake-up of a run whose call c still awaits a human: an
+// expired question is decided as expired; a run that was never fully
+// parked (its worker died mid-way) is parked now; a premature wake-up
+// schedules the expiry again and lets go.
+func (r *run) wait(ctx context.Context, c *events.CallState) error {
+	q := c.Request
+	if !r.p.now().Before(q.ExpiresAt) {
+		return r.expire(ctx, c)
+	}
+	if !r.st.IsParked {
+		if err := r.p.approvals.Request(ctx, r.entry(c.Call.ID, *q)); err != nil {
+			return err
+		}
+		return r.park(ctx, c)
+	}
+	if err := r.p.scheduleWake(ctx, r.task.Tenant, r.st.RunID, c.Call.ID, q.ExpiresAt); err != nil {
+		return err
+	}
+	return errParked
+}
+
+// park schedules the expiry wake-up and records the parked event; then the
+// worker lets go (errParked). A parked run is only events, a KV entry and
+// a scheduled message: no goroutine, timer or unacked message holds it.
+func (r *run) park(ctx context.Context, c *events.CallState) error {
+	q := c.Request
+	// A schedule subject holds one schedule: scheduling again replaces it.
+	if err := r.p.scheduleWake(ctx, r.task.Tenant, r.st.RunID, c.Call.ID, q.ExpiresAt); err != nil {
+		return err
+	}
+	if err := r.append(ctx, events.TypeParked, r.st.CurrentStep, "", "", events.ParkedData{Awaiting: []string{c.Call.ID}, Until: q.ExpiresAt}); err != nil {
+		return err
+	}
+	r.p.putRun(ctx, r.st, r.task, "parked")
+	r.log.InfoContext(ctx, "run parked", "call_id", c.Call.ID, "tool", c.Call.Tool, "kind", q.Kind, "until", q.ExpiresAt)
+	return errParked
+}
+
+// expire decides a question nobody answered in time. The compare-and-set
+// on the entry makes expiry and a late approval exclusive: whoever wins
+// records the decision.
+func (r *run) expire(ctx context.Context, c *events.CallState) error {
+	e, rev, err := r.p.approvals.Get(ctx, r.st.RunID, c.Call.ID)
+	if err != nil {
+		return err
+	}
+	if !e.Pending() {
+		// Decided by an approver whose handler records it and wakes us.
+		return errParked
+	}
+	e.State, e.Decision, e.DecidedAt = string(approvals.Expired), approvals.Expired, r.p.now().UTC()
+	if err := r.p.approvals.Decide(ctx, e, rev); err != nil {
+		return err // lost to an approver: redeliver, reload, see their decision
+	}
+	return r.append(ctx, events.TypeApproved, r.st.CurrentStep, c.Call.ID, c.Call.Tool, events.ApprovedData{
+		Kind: string(e.Kind), Round: e.Round, Decision: string(approvals.Expired), ArgsHash: e.ArgsHash,
+		Reason: "no decision before " + e.ExpiresAt.Format(time.RFC3339),
+	})
+}
+
+// scheduleWake asks JetStream to publish the run's wake-up at t: the
+// expiry of a parked run costs a stored message, not a timer.
+func (p *Pool) scheduleWake(ctx context.Context, tenant, runID, callID string, t time.Time) error {
+	m := nats.NewMsg(journal.SchedulesPrefix + "." + tenant + "." + runID + "." + callID)
+	// @at has second precision: round up so the wake-up is never early.
+	at := t.UTC().Add(time.Second - time.Nanosecond).Truncate(time.Second)
+	m.Header.Set("Nats-Schedule", "@at "+at.Format(time.RFC3339))
+	m.Header.Set("Nats-Schedule-Target", events.ResumeSubject(tenant, runID))
+	if _, err := p.js.PublishMsg(ctx, m); err != nil {
+		return fmt.Errorf("schedule wake-up of run %s at %s: %w", runID, at, err)
+	}
+	return nil
+}
+
+// wake publishes a run's wake-up now. Its message id makes repeated
+// wake-ups for one decision one message.
+func (p *Pool) wake(ctx context.Context, tenant, runID, id string) error {
+	_, err := p.js.Publish(ctx, events.ResumeSubject(tenant, runID), nil, jetstream.WithMsgID(id))
+	if err != nil {
+		return fmt.Errorf("wake run %s: %w", runID, err)
+	}
+	return nil
+}

@@ -1,0 +1,137 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/loopgate/loopgate/events"
+	"github.com/loopgate/loopgate/idempotency"
+	"github.com/loopgate/loopgate/tools"
+)
+
+// runWrite runs one attempt of a write at most once per operation id. The
+// idempotency record is claimed by an atomic create bound to the arguments'
+// hash; an operation already completed returns its recorded result without
+// running the tool, one bound to other arguments is a conflict, and one
+// whose earlier attempt may have taken effect is not re-run unless a.rerun
+// (the tool is idempotent, reconcile said it did not happen, or a human
+// said retry).
+func (r *run) runWrite(ctx context.Context, a *attempt) (events.ExecutedData, error) {
+	rec := idempotency.Record{
+		OperationID: a.ex.OperationID,
+		ArgsHash:    a.c.Validated.ArgsHash,
+		RunID:       r.st.RunID,
+		CallID:      a.c.Call.ID,
+		Tool:        a.c.Call.Tool,
+		Attempt:     a.ex.Attempt,
+		Updated:     r.p.now().UTC(),
+	}
+	out := events.ExecutedData{OperationID: a.ex.OperationID, Attempt: a.ex.Attempt}
+	prior, rev, fresh, err := r.p.idem.Claim(ctx, rec)
+	switch {
+	case errors.Is(err, idempotency.ErrConflict):
+		out.Status, out.ErrorClass = events.ExecConflict, "conflict"
+		out.Message = fmt.Sprintf("operation id %s is bound to arguments %s, not %s; not executed", rec.OperationID, prior.ArgsHash, rec.ArgsHash)
+		r.log.WarnContext(ctx, "idempotency conflict; call not executed", "operation_id", rec.OperationID, "call_id", rec.CallID)
+		return out, nil
+	case err != nil:
+		return out, err
+	case !fresh:
+		switch prior.State {
+		case idempotency.Completed:
+			out.Status, out.Result = events.ExecOK, prior.Result
+			out.Message = "the operation had already completed: its recorded result is returned and the tool was not run again"
+			return out, nil
+		case idempotency.Abandoned:
+			out.Status, out.ErrorClass, out.Message = events.ExecUnknown, "unknown_outcome", "the operation was abandoned by a human"
+			return out, nil
+		case idempotency.InFlight, idempotency.Unknown, idempotency.Failed:
+			if !a.rerun {
+				out.Status, out.ErrorClass = events.ExecUnknown, "unknown_outcome"
+				out.Message = fmt.Sprintf("attempt %d may have taken effect (record: %s); not re-run without reconciliation", prior.Attempt, prior.State)
+				return out, nil
+			}
+		}
+		rec.State = idempotency.InFlight
+		if rev, err = r.p.idem.Set(ctx, rec, rev); err != nil {
+			return out, err
+		}
+	}
+	out, err = r.invoke(ctx, a)
+	if err != nil {
+		return out, err // stopping: the record stays in flight, an unknown outcome for whoever resumes
+	}
+	switch out.Status {
+	case events.ExecOK:
+		rec.State, rec.Result = idempotency.Completed, out.Result
+	case events.ExecTimeout:
+		rec.State = idempotency.Unknown
+	case events.ExecTransient:
+		rec.State = idempotency.Retryable
+	default:
+		rec.State = idempotency.Failed
+	}
+	rec.Updated = r.p.now().UTC()
+	if _, err := r.p.idem.Set(ctx, rec, rev); err != nil {
+		// The tool ran; the executed event below is the truth. Without the
+		// record, only a crash before that event could make this unknown.
+		r.log.WarnContext(ctx, "record operation outcome", "operation_id", rec.OperationID, "state", rec.State, "err", err)
+	}
+	return out, nil
+}
+
+// reconcile asks the tool's reconcile tool whether the call's last attempt
+// took effect, and records the answer.
+func (r *run) reconcile(ctx context.Context, c *events.CallState) error {
+	m := r.manifest(c.Call.Tool)
+	opID := events.OperationID(r.st.RunID, c.Call.ID)
+	d := events.ReconciledData{OperationID: opID, Attempt: c.Attempts(), Via: m.Reconcile}
+	rt, ok := r.p.registry.Lookup(m.Reconcile)
+	if !ok {
+		d.Error = "reconcile tool is not registered"
+	} else {
+		args, _ := json.Marshal(map[string]string{"operation_id": opID})
+		cctx, cancel := context.WithTimeout(ctx, rt.Manifest().Timeout.D())
+		v, err := safeCall(cctx, rt.Func(), tools.Call{
+			Tool: m.Reconcile, OperationID: opID, RunID: r.st.RunID, CallID: c.Call.ID,
+			Tenant: r.task.Tenant, Principal: r.task.Principal.ID, Args: args,
+		})
+		cancel()
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		var answer struct {
+			Applied *bool           `json:"applied"`
+			Result  json.RawMessage `json:"result"`
+		}
+		b, merr := json.Marshal(v)
+		switch {
+		case err != nil:
+			d.Error = "reconcile failed"
+			r.log.WarnContext(ctx, "reconcile failed", "tool", m.Reconcile, "operation_id", opID, "err", err)
+		case merr != nil || json.Unmarshal(b, &answer) != nil || answer.Applied == nil:
+			d.Error = `reconcile answer is not {"applied": bool, "result": ...}`
+		default:
+			d.Applied, d.Result = *answer.Applied, answer.Result
+		}
+	}
+	if d.Applied {
+		if rec, rev, err := r.p.idem.Get(ctx, opID); err == nil {
+			rec.State, rec.Result, rec.Updated = idempotency.Completed, d.Result, r.p.now().UTC()
+			_, _ = r.p.idem.Set(ctx, rec, rev)
+		}
+	}
+	return r.append(ctx, events.TypeReconciled, r.st.CurrentStep, c.Call.ID, c.Call.Tool, d)
+}
+
+// safeCall runs fn, turning a panic into an error.
+func safeCall(ctx context.Context, fn tools.Func, call tools.Call) (v any, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("tool panicked: %v", p)
+		}
+	}()
+	return fn(ctx, call)
+}
