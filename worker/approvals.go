@@ -117,18 +117,18 @@ func (p *Pool) decide(ctx context.Context, msg jetstream.Msg) (outcome, string) 
 		return reject(approvals.RejectInvalid, fmt.Sprintf("the message names run %s call %s, its subject run %s call %s", m.RunID, m.CallID, runID, callID), m, nil)
 	}
 	c := st.Call(callID)
-	if c == nil || c.Request == nil {
-		return reject(approvals.RejectNoRequest, "no question is pending for this call", m, nil)
-	}
 	entry, rev, err := p.approvals.Get(ctx, runID, callID)
-	if errors.Is(err, approvals.ErrNotFound) {
+	switch {
+	case errors.Is(err, approvals.ErrNotFound) && c != nil && c.Request != nil:
 		// The worker asking is between its event and its entry: try later.
 		return retry, ""
-	}
-	if err != nil {
+	case errors.Is(err, approvals.ErrNotFound):
+		return reject(approvals.RejectNoRequest, "no question was asked about this call", m, nil)
+	case err != nil:
 		return retry, ""
 	}
-	if !entry.Pending() && entry.DecisionSeq == seq && c.Awaiting() && entry.Round == c.Request.Round {
+	awaiting := c != nil && c.Awaiting() && entry.Round == c.Request.Round
+	if awaiting && !entry.Pending() && entry.DecisionSeq == seq {
 		// This message decided the entry and its handler died before
 		// recording it: finish the job.
 		return p.recordDecision(ctx, r, c, entry)
@@ -139,7 +139,7 @@ func (p *Pool) decide(ctx context.Context, msg jetstream.Msg) (outcome, string) 
 		MayApprove: p.app.MayApprove(roles, entry.Tool),
 		AllowSelf:  p.app.Policy.AllowSelfApproval,
 	}, p.now())
-	if class == approvals.RejectExpired && c.Awaiting() {
+	if class == approvals.RejectExpired && awaiting {
 		if err := r.expire(ctx, c); err != nil && !errors.Is(err, errParked) {
 			return retry, ""
 		}

@@ -30,6 +30,9 @@ type bundle struct {
 	cfg    *config.Config
 	outbox string
 	logs   *logBuffer
+
+	pool      *worker.Pool
+	startPool func()
 }
 
 // options let a test add tools, profiles and scripts to the CityOps config.
@@ -79,20 +82,35 @@ func setup(t testing.TB, o options) *bundle {
 		t.Fatalf("registry: %v", err)
 	}
 	log := slog.New(slog.NewTextHandler(b.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	pool, err := worker.New(worker.Deps{JS: env.JS, Journal: env.Journal, App: cfg, Registry: reg, Models: models},
-		&worker.Config{Workers: cmp.Or(o.workers, 2), Logger: log, TransientBackoff: 10 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
+	b.startPool = func() {
+		pool, err := worker.New(worker.Deps{JS: env.JS, Journal: env.Journal, App: cfg, Registry: reg, Models: models},
+			&worker.Config{Workers: cmp.Or(o.workers, 2), Logger: log, TransientBackoff: 10 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := pool.Start(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		b.pool = pool
 	}
-	if err := pool.Start(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = pool.Stop(ctx)
-	})
+	b.startPool()
+	t.Cleanup(func() { b.stopPool() })
 	return b
+}
+
+func (b *bundle) stopPool() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_ = b.pool.Stop(ctx)
+}
+
+// restart stops the workers and the server and starts both again on the
+// same data, as after the whole process died.
+func (b *bundle) restart() {
+	b.t.Helper()
+	b.stopPool()
+	b.env.Restart(b.t)
+	b.startPool()
 }
 
 // withDefaults fills a test profile's unset limits like the config loader.
