@@ -128,10 +128,16 @@ func (p *Pool) decide(ctx context.Context, msg jetstream.Msg) (outcome, string) 
 		return retry, ""
 	}
 	awaiting := c != nil && c.Awaiting() && entry.Round == c.Request.Round
-	if awaiting && !entry.Pending() && entry.DecisionSeq == seq {
-		// This message decided the entry and its handler died before
-		// recording it: finish the job.
-		return p.recordDecision(ctx, r, c, entry)
+	if !entry.Pending() && entry.DecisionSeq == seq {
+		// This very message decided the entry, and its handler died before
+		// finishing: record the decision if it is not yet, and wake the run.
+		if awaiting {
+			return p.recordDecision(ctx, r, c, entry)
+		}
+		if err := p.wake(ctx, tenant, runID, wakeID(entry)); err != nil {
+			return retry, ""
+		}
+		return settled, ""
 	}
 	roles, known := p.app.ApproverRoles(m.Approver.ID)
 	class, detail := approvals.Check(*m, entry, approvals.Policy{
@@ -143,7 +149,7 @@ func (p *Pool) decide(ctx context.Context, msg jetstream.Msg) (outcome, string) 
 		if err := r.expire(ctx, c); err != nil && !errors.Is(err, errParked) {
 			return retry, ""
 		}
-		if err := p.wake(ctx, tenant, runID, fmt.Sprintf("wake/%s/%s/%d", runID, callID, entry.Round)); err != nil {
+		if err := p.wake(ctx, tenant, runID, wakeID(entry)); err != nil {
 			return retry, ""
 		}
 	}
@@ -184,10 +190,17 @@ func (p *Pool) recordDecision(ctx context.Context, r *run, c *events.CallState, 
 		return appendFailed(err)
 	}
 	r.log.InfoContext(ctx, "call decided", "call_id", c.Call.ID, "tool", c.Call.Tool, "decision", e.Decision, "approver", e.DecidedBy)
-	if err := p.wake(ctx, e.Tenant, e.RunID, fmt.Sprintf("wake/%s/%s/%d", e.RunID, e.CallID, e.Round)); err != nil {
+	p.crash("after:approved")
+	if err := p.wake(ctx, e.Tenant, e.RunID, wakeID(e)); err != nil {
 		return retry, ""
 	}
 	return settled, ""
+}
+
+// wakeID is the Nats-Msg-Id of the wake-up after a decision: however often
+// it is published, the run is woken once.
+func wakeID(e approvals.Entry) string {
+	return fmt.Sprintf("wake/%s/%s/%d", e.RunID, e.CallID, e.Round)
 }
 
 func appendFailed(err error) (outcome, string) {

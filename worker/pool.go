@@ -44,6 +44,11 @@ type Config struct {
 	// RetryDelay is the redelivery delay after an infrastructure error.
 	// Defaults to 2s.
 	RetryDelay time.Duration
+	// Crash is the fault-injection hook: called at each named point of a
+	// run (before:<event type>, after:<event type>, after:side_effect,
+	// after:idempotency_record, after:approved). Tests and the soak make
+	// it kill the process; nil, the default, does nothing.
+	Crash func(point string)
 }
 
 func (c *Config) setDefaults() {
@@ -237,6 +242,12 @@ func (p *Pool) Stop(ctx context.Context) error {
 		p.cancel()
 		<-done
 		return ctx.Err()
+	}
+}
+
+func (p *Pool) crash(point string) {
+	if p.opts.Crash != nil {
+		p.opts.Crash(point)
 	}
 }
 

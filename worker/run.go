@@ -93,10 +93,12 @@ func (r *run) append(ctx context.Context, typ events.Type, step int, callID, too
 		Tool:    tool,
 		Data:    raw,
 	}
+	r.p.crash("before:" + string(typ))
 	last, err := r.p.journal.Append(ctx, r.last, e)
 	if err != nil {
 		return fmt.Errorf("append %s event %d of run %s: %w", typ, e.Seq, e.RunID, err)
 	}
+	r.p.crash("after:" + string(typ))
 	r.last = last
 	return r.st.Apply(&e)
 }

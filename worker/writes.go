@@ -63,6 +63,7 @@ func (r *run) runWrite(ctx context.Context, a *attempt) (events.ExecutedData, er
 	if err != nil {
 		return out, err // stopping: the record stays in flight, an unknown outcome for whoever resumes
 	}
+	r.p.crash("after:side_effect")
 	switch out.Status {
 	case events.ExecOK:
 		rec.State, rec.Result = idempotency.Completed, out.Result
@@ -79,6 +80,7 @@ func (r *run) runWrite(ctx context.Context, a *attempt) (events.ExecutedData, er
 		// record, only a crash before that event could make this unknown.
 		r.log.WarnContext(ctx, "record operation outcome", "operation_id", rec.OperationID, "state", rec.State, "err", err)
 	}
+	r.p.crash("after:idempotency_record")
 	return out, nil
 }
 

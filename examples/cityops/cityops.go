@@ -76,6 +76,7 @@ func Register(b tools.Builtins, opts Options) error {
 		ToolGetProcedure:     ts.getProcedure,
 		ToolDraftEscalation:  ts.draftEscalation,
 		ToolSlowLookup:       ts.slowLookup,
+		ToolDraftStatus:      ts.draftStatus,
 	}
 	for name := range fns {
 		if _, taken := b[name]; taken {

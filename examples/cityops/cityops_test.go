@@ -18,7 +18,7 @@ func TestRegisterAddsTheFourTools(t *testing.T) {
 		got = append(got, name)
 	}
 	slices.Sort(got)
-	want := []string{ToolDraftEscalation, ToolGetProcedure, ToolLookupComplaints, ToolSlowLookup}
+	want := []string{ToolDraftEscalation, ToolDraftStatus, ToolGetProcedure, ToolLookupComplaints, ToolSlowLookup}
 	if !slices.Equal(got, want) {
 		t.Errorf("registered %v, want %v", got, want)
 	}

@@ -1,0 +1,67 @@
+package cityops
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/loopgate/loopgate/tools"
+)
+
+// ToolDraftStatus is draft_escalation's reconcile tool.
+const ToolDraftStatus = "draft_status"
+
+// statusArgs are draft_status's arguments: loopgate passes the operation
+// id whose outcome it does not know.
+type statusArgs struct {
+	OperationID string `json:"operation_id"`
+}
+
+// statusAnswer is the reconcile contract: did the operation take effect,
+// and if so what would the tool have returned.
+type statusAnswer struct {
+	Applied bool         `json:"applied"`
+	Result  *draftResult `json:"result,omitempty"`
+}
+
+// draftStatus is the draft_status tool: loopgate calls it when a
+// draft_escalation call's outcome is unknown (it timed out, or a worker died
+// mid-call) to learn whether the draft exists, instead of guessing or
+// writing it twice. It only reads.
+func (ts *toolset) draftStatus(ctx context.Context, call tools.Call) (any, error) {
+	var a statusArgs
+	if err := decodeStrict(call.Args, &a); err != nil {
+		return nil, fmt.Errorf("%s: %w: %w", call.Tool, errInvalidArgs, err)
+	}
+	if !operationIDPattern.MatchString(a.OperationID) {
+		return nil, fmt.Errorf("%s: %w: operation id %q", call.Tool, errInvalidArgs, a.OperationID)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	name := draftName(a.OperationID)
+	body, err := os.ReadFile(filepath.Join(ts.opts.Outbox, name))
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return statusAnswer{Applied: false}, nil
+	case err != nil:
+		return nil, fmt.Errorf("%s: %w", call.Tool, err)
+	}
+	// The first line names the complaint: "ESCALATION DRAFT — SR-10421".
+	first, _, _ := bytes.Cut(body, []byte("\n"))
+	sc := bufio.NewScanner(bytes.NewReader(first))
+	sc.Split(bufio.ScanWords)
+	var requestID string
+	for sc.Scan() {
+		if w := sc.Text(); strings.HasPrefix(w, "SR-") {
+			requestID = w
+		}
+	}
+	return statusAnswer{Applied: true, Result: &draftResult{DraftPath: name, RequestID: requestID, Status: "pending_approval"}}, nil
+}
