@@ -534,6 +534,7 @@ func TestAnInterruptedWriteIsNotRunAgain(t *testing.T) {
 	}
 	// The task is redelivered (here: published again), as after the crash.
 	b.submit(tk)
+	b.waitType(runID, events.TypeParked, 1)
 	e := b.waitType(runID, events.TypeApprovalRequested, 1)
 	var q events.ApprovalRequestedData
 	_ = e.Decode(&q)
