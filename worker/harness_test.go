@@ -17,6 +17,7 @@ import (
 	"github.com/loopgate/loopgate/events"
 	"github.com/loopgate/loopgate/examples/cityops"
 	"github.com/loopgate/loopgate/internal/natstest"
+	"github.com/loopgate/loopgate/journal"
 	"github.com/loopgate/loopgate/model"
 	"github.com/loopgate/loopgate/tools"
 	"github.com/loopgate/loopgate/worker"
@@ -43,11 +44,14 @@ type options struct {
 	scripts  map[string]model.Model // by agent
 	roles    map[string]config.Role
 	workers  int
+	layout   journal.Layout // natstest's defaults when zero
+	crash    func(string)   // the pool's fault-injection hook
+	retry    time.Duration  // the pool's redelivery delay after an error
 }
 
 func setup(t testing.TB, o options) *bundle {
 	t.Helper()
-	env := natstest.Start(t)
+	env := natstest.StartWith(t, natstest.Options{Layout: o.layout})
 	cfg, err := config.Load(cityops.Files, "loopgate.yaml")
 	if err != nil {
 		t.Fatalf("load cityops config: %v", err)
@@ -84,7 +88,7 @@ func setup(t testing.TB, o options) *bundle {
 	log := slog.New(slog.NewTextHandler(b.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	b.startPool = func() {
 		pool, err := worker.New(worker.Deps{JS: env.JS, Journal: env.Journal, App: cfg, Registry: reg, Models: models},
-			&worker.Config{Workers: cmp.Or(o.workers, 2), Logger: log, TransientBackoff: 10 * time.Millisecond})
+			&worker.Config{Workers: cmp.Or(o.workers, 2), Logger: log, TransientBackoff: 10 * time.Millisecond, Crash: o.crash, RetryDelay: o.retry})
 		if err != nil {
 			t.Fatal(err)
 		}

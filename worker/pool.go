@@ -106,8 +106,10 @@ type Pool struct {
 	approvalSch *jsonschema.Schema
 	decisions   *decisionParser
 
-	approvals *approvals.Store
-	idem      *idempotency.Store
+	approvals  *approvals.Store
+	idem       *idempotency.Store
+	maxDeliver int
+	advisories interface{ Unsubscribe() error }
 
 	mu           sync.Mutex
 	started      bool
@@ -202,12 +204,22 @@ func (p *Pool) Start(ctx context.Context) error {
 	}
 	// Buffer no more than the pool can work on: a buffered message is an
 	// unacked message nobody is working on.
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	iter, err := cons.Messages(jetstream.PullMaxMessages(p.opts.Workers))
 	if err != nil {
+		cancel()
 		aiter.Stop()
 		return fmt.Errorf("worker: consume %s: %w", journal.StreamWork, err)
 	}
-	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	p.maxDeliver = cons.CachedInfo().Config.MaxDeliver
+	advisories, err := p.watchMaxDeliveries(runCtx)
+	if err != nil {
+		cancel()
+		iter.Stop()
+		aiter.Stop()
+		return err
+	}
+	p.advisories = advisories
 	p.iter, p.approvalIter, p.cancel, p.started = iter, aiter, cancel, true
 	for range p.opts.Workers {
 		p.wg.Go(func() { p.consume(runCtx, iter) })
@@ -230,6 +242,7 @@ func (p *Pool) Stop(ctx context.Context) error {
 	}
 	p.stopped = true
 	p.mu.Unlock()
+	_ = p.advisories.Unsubscribe()
 	p.iter.Drain()
 	p.approvalIter.Drain()
 	done := make(chan struct{})
@@ -288,12 +301,17 @@ func (p *Pool) handle(ctx context.Context, msg jetstream.Msg) {
 		defer func() {
 			if v := recover(); v != nil {
 				p.log.ErrorContext(ctx, "worker panicked; message will be redelivered", "subject", msg.Subject(), "panic", v)
-				o = retry
+				o, reason = retry, fmt.Sprintf("worker panicked: %v", v)
 			}
 		}()
 		o, reason = p.process(ctx, msg)
 	}()
 	stopHeartbeat()
+	if o == retry && p.lastDelivery(msg) {
+		// The message will not come back: stop its run with the cause
+		// rather than leave it to rot in the stream.
+		o = p.giveUp(ctx, msg, reason)
+	}
 	if err := settle(msg, o, reason, p.opts.RetryDelay); err != nil {
 		p.log.WarnContext(ctx, "settle work message", "subject", msg.Subject(), "outcome", o.String(), "err", err)
 	}
@@ -392,6 +410,7 @@ func (p *Pool) failed(ctx context.Context, r *run, err error) (outcome, string) 
 	o := classify(err)
 	if err != nil && o == retry {
 		r.log.WarnContext(ctx, "run interrupted; it will be continued from its events", "err", err)
+		return o, err.Error()
 	}
 	return o, ""
 }

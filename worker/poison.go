@@ -1,0 +1,152 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/loopgate/loopgate/events"
+	"github.com/loopgate/loopgate/journal"
+)
+
+// A message that keeps failing is a poison message: retried forever it
+// would hold a run hostage and burn workers. After MaxDeliver deliveries
+// loopgate stops its run with reason error and the cause, and removes the
+// message from the work queue. Two paths lead there: a worker that fails on
+// the last delivery gives up itself (giveUp); a worker that dies on it
+// cannot, so every pool also listens for JetStream's max-deliveries
+// advisory (watchMaxDeliveries).
+
+// lastDelivery reports whether msg will not be redelivered after this one.
+func (p *Pool) lastDelivery(msg jetstream.Msg) bool {
+	meta, err := msg.Metadata()
+	return err == nil && p.maxDeliver > 0 && meta.NumDelivered >= uint64(p.maxDeliver)
+}
+
+// giveUp stops the run of msg with reason error, because its last delivery
+// failed too. It returns how to settle msg.
+func (p *Pool) giveUp(ctx context.Context, msg jetstream.Msg, cause string) outcome {
+	meta, err := msg.Metadata()
+	if err != nil {
+		return retry
+	}
+	detail := fmt.Sprintf("the work message failed on all %d deliveries; last cause: %s", meta.NumDelivered, cause)
+	if err := p.stopPoisoned(ctx, msg.Subject(), msg.Data(), meta.Sequence.Stream, detail); err != nil {
+		p.log.ErrorContext(ctx, "could not stop a poisoned run", "subject", msg.Subject(), "err", err)
+		return retry
+	}
+	return rejected
+}
+
+// maxDeliveriesAdvisory is what JetStream publishes when a message exhausts
+// MaxDeliver.
+type maxDeliveriesAdvisory struct {
+	Stream     string `json:"stream"`
+	Consumer   string `json:"consumer"`
+	StreamSeq  uint64 `json:"stream_seq"`
+	Deliveries uint64 `json:"deliveries"`
+}
+
+// watchMaxDeliveries subscribes every pool to the worker consumer's
+// max-deliveries advisory. Every pool acts on it; the conditional append
+// lets one of them record the stop.
+func (p *Pool) watchMaxDeliveries(ctx context.Context) (*nats.Subscription, error) {
+	subject := "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES." + journal.StreamWork + "." + journal.ConsumerWorkers
+	sub, err := p.js.Conn().Subscribe(subject, func(m *nats.Msg) {
+		var a maxDeliveriesAdvisory
+		if err := json.Unmarshal(m.Data, &a); err != nil || a.StreamSeq == 0 {
+			p.log.WarnContext(ctx, "unreadable max-deliveries advisory", "err", err)
+			return
+		}
+		p.deadLetter(ctx, a)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("worker: subscribe to max-deliveries advisories: %w", err)
+	}
+	return sub, nil
+}
+
+// deadLetter stops the run of a message that exhausted its deliveries
+// without any worker settling it, and removes the message.
+func (p *Pool) deadLetter(ctx context.Context, a maxDeliveriesAdvisory) {
+	stream, err := p.js.Stream(ctx, journal.StreamWork)
+	if err != nil {
+		p.log.WarnContext(ctx, "dead-letter: work stream", "err", err)
+		return
+	}
+	raw, err := stream.GetMsg(ctx, a.StreamSeq)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return // another pool dealt with it
+	}
+	if err != nil {
+		p.log.WarnContext(ctx, "dead-letter: read message", "stream_seq", a.StreamSeq, "err", err)
+		return
+	}
+	detail := fmt.Sprintf("no worker settled the work message in %d deliveries (a worker crashed or hung on it each time)", a.Deliveries)
+	if err := p.stopPoisoned(ctx, raw.Subject, raw.Data, a.StreamSeq, detail); err != nil {
+		p.log.ErrorContext(ctx, "dead-letter: stop run", "stream_seq", a.StreamSeq, "err", err)
+		return
+	}
+	if err := stream.DeleteMsg(ctx, a.StreamSeq); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+		p.log.WarnContext(ctx, "dead-letter: remove message", "stream_seq", a.StreamSeq, "err", err)
+	}
+}
+
+// stopPoisoned records the end of the run a work message belongs to:
+// finished with reason error for a started run, rejected for a task that
+// never started. A run already finished is left alone.
+func (p *Pool) stopPoisoned(ctx context.Context, subject string, data []byte, streamSeq uint64, detail string) error {
+	kind, tenant, runID, err := events.ParseWorkSubject(subject)
+	if err != nil {
+		return nil // unroutable: nothing to record against
+	}
+	if kind == "tasks" {
+		id := firstTaskID(data)
+		if id == "" {
+			return nil
+		}
+		runID = events.RunID(tenant, id)
+	}
+	evs, last, err := p.journal.Load(ctx, tenant, runID)
+	if err != nil {
+		return err
+	}
+	st, err := events.Fold(evs)
+	if err != nil {
+		return err
+	}
+	p.log.ErrorContext(ctx, "poison message: stopping its run", "run_id", runID, "stream_seq", streamSeq, "detail", detail)
+	switch {
+	case st.Finished != nil || st.Rejection != nil:
+		return nil
+	case st.Started == nil:
+		p.reject(ctx, tenant, streamSeq, &events.RejectedData{
+			Reason: detail, TaskID: firstTaskID(data), Subject: subject, PayloadExcerpt: excerpt(data),
+		})
+		return nil
+	}
+	r, err := p.newRun(st, last, st.Started.Task, st.Started.Limits)
+	if err != nil {
+		return err
+	}
+	err = r.finish(ctx, stop{events.ReasonError, detail}, nil)
+	if errors.Is(err, journal.ErrConflict) {
+		return nil // someone else recorded an end, or the run moved on
+	}
+	return err
+}
+
+func firstTaskID(data []byte) string {
+	var probe struct {
+		TaskID string `json:"task_id"`
+	}
+	_ = json.Unmarshal(data, &probe)
+	if validTaskID(probe.TaskID) {
+		return probe.TaskID
+	}
+	return ""
+}
