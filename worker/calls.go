@@ -19,6 +19,15 @@ import (
 // most one retry.
 const maxAttempts = 2
 
+// leaseGrace is how long past an attempt's deadline its worker has to
+// record the end. The write-ahead executing event is the lease: until its
+// deadline (plus this) passes, no other worker touches the call.
+const leaseGrace = 2 * time.Second
+
+// errBusy means another worker may be in the middle of the run: hand the
+// message back and look again later.
+var errBusy = errors.New("run is busy: an attempt of another worker may still be running")
+
 // maxRecordedResult bounds the result kept in an executed event.
 const maxRecordedResult = 16 << 10
 
@@ -190,9 +199,14 @@ func (r *run) executeGroup(ctx context.Context, group []*events.CallState, act a
 		opID := events.OperationID(r.st.RunID, c.Call.ID)
 		a := &attempt{c: c, tool: t, rerun: act == actRetry}
 		switch {
+		case act == actResume && r.p.now().Before(c.Executing[len(c.Executing)-1].Deadline.Add(leaseGrace)):
+			// The attempt's deadline has not passed: the worker that began
+			// it may be alive and about to record its end. Let it.
+			return errBusy
 		case act == actResume && m.Permission == tools.Write:
-			// A write began and nobody saw it end: finish that same attempt,
-			// guided by the idempotency record, never by a blind re-run.
+			// A write began and its worker is gone: finish that same
+			// attempt, guided by the idempotency record, never by a blind
+			// re-run.
 			a.ex = c.Executing[len(c.Executing)-1]
 			runs = append(runs, a)
 			continue

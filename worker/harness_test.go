@@ -34,6 +34,7 @@ type bundle struct {
 
 	pool      *worker.Pool
 	startPool func()
+	newPool   func() *worker.Pool // another pool on the same server, as another process
 }
 
 // options let a test add tools, profiles and scripts to the CityOps config.
@@ -86,7 +87,7 @@ func setup(t testing.TB, o options) *bundle {
 		t.Fatalf("registry: %v", err)
 	}
 	log := slog.New(slog.NewTextHandler(b.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	b.startPool = func() {
+	b.newPool = func() *worker.Pool {
 		pool, err := worker.New(worker.Deps{JS: env.JS, Journal: env.Journal, App: cfg, Registry: reg, Models: models},
 			&worker.Config{Workers: cmp.Or(o.workers, 2), Logger: log, TransientBackoff: 10 * time.Millisecond, Crash: o.crash, RetryDelay: o.retry})
 		if err != nil {
@@ -95,8 +96,9 @@ func setup(t testing.TB, o options) *bundle {
 		if err := pool.Start(t.Context()); err != nil {
 			t.Fatal(err)
 		}
-		b.pool = pool
+		return pool
 	}
+	b.startPool = func() { b.pool = b.newPool() }
 	b.startPool()
 	t.Cleanup(func() { b.stopPool() })
 	return b

@@ -1,0 +1,86 @@
+package worker_test
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/loopgate/loopgate/config"
+	"github.com/loopgate/loopgate/events"
+	"github.com/loopgate/loopgate/model"
+	"github.com/loopgate/loopgate/tools"
+)
+
+// rendezvous makes the first two callers wait for each other (or for a
+// timeout), so two workers are provably inside the same step at once.
+type rendezvous struct {
+	n    atomic.Int32
+	both chan struct{}
+	once sync.Once
+}
+
+func (r *rendezvous) meet(ctx context.Context) {
+	if r.n.Add(1) == 2 {
+		r.once.Do(func() { close(r.both) })
+	}
+	select {
+	case <-r.both:
+	case <-ctx.Done():
+	case <-time.After(5 * time.Second):
+	}
+}
+
+// Two workers of two pools (two processes) are forced onto one run: the
+// task goes to one, a wake-up of the same run to the other, and both are
+// made to propose the same step at the same moment. Every append is
+// conditional on the run's last sequence, so only one of them extends the
+// run at each point; the loser reloads and goes on from the winner's
+// events, and the tool runs only for whoever won the executing append.
+func TestTwoWorkersForcedOntoOneRunNeverBothWrite(t *testing.T) {
+	t.Parallel()
+	var writes atomic.Int32
+	meet := &rendezvous{both: make(chan struct{})}
+	script := scripted(t,
+		`{"tool_calls":[{"tool":"create_ticket","args":{"n":1}}]}`,
+		`{"final_answer":{"summary":"one ticket"}}`)
+	m, fns := ungated("create_ticket", &writes, func(ctx context.Context, c tools.Call) (any, error) {
+		time.Sleep(100 * time.Millisecond) // long enough for the other worker to look
+		return map[string]string{"ticket": "T-1"}, nil
+	})
+	b := setup(t, options{
+		tools: []tools.Manifest{m}, builtins: fns, roles: writerRoles("create_ticket"),
+		agents: map[string]config.Profile{"ticketer": profile("create_ticket")},
+		scripts: map[string]model.Model{"ticketer": model.Func(func(ctx context.Context, req model.Request) (model.Response, error) {
+			if req.Step == 1 {
+				meet.meet(ctx)
+			}
+			return script.Propose(ctx, req)
+		})},
+		retry:   50 * time.Millisecond,
+		workers: 1,
+	})
+	other := b.newPool()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = other.Stop(ctx)
+	})
+
+	tk := task("race-run-1", "ticketer")
+	runID := b.submit(tk)
+	b.waitType(runID, events.TypeStarted, 1)
+	// The second worker is woken on the same run while the first is in it.
+	if _, err := b.env.JS.Publish(t.Context(), events.ResumeSubject("cityops", runID), nil); err != nil {
+		t.Fatal(err)
+	}
+	evs := b.waitEnd(runID)
+	assertTrail(t, evs, concat([]string{"started"}, okStep("create_ticket"), []string{"proposed:final", "finished:done"}))
+	if meet.n.Load() < 2 {
+		t.Fatalf("only %d worker(s) proposed step 1: the race was not forced", meet.n.Load())
+	}
+	if writes.Load() != 1 {
+		t.Fatalf("the write ran %d times", writes.Load())
+	}
+}
