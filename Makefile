@@ -11,7 +11,7 @@ FUZZ_TARGETS = \
 	./worker:FuzzDecodeTask \
 	./worker:FuzzParseDecision
 
-.PHONY: help build test lint vet fmt-check unit fuzz-smoke fuzz bench demo clean
+.PHONY: help build test lint vet fmt-check unit compose-check fuzz-smoke fuzz bench soak demo clean
 
 help: ## show this help
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -19,7 +19,7 @@ help: ## show this help
 build: ## build bin/loopgate
 	$(GO) build -o bin/loopgate ./cmd/loopgate
 
-test: lint unit fuzz-smoke ## everything CI checks: formatting, vet, race tests, fuzz smoke
+test: lint unit compose-check fuzz-smoke ## everything CI checks: formatting, vet, race tests, compose.yaml, fuzz smoke
 
 lint: fmt-check vet ## gofmt and go vet
 
@@ -32,6 +32,9 @@ vet:
 
 unit: ## race-enabled tests with shuffled order
 	$(GO) test -race -shuffle=on -timeout 9m -count=1 $(PKGS)
+
+compose-check: ## validate compose.yaml as docker compose would (no engine needed)
+	cd deploy/composecheck && $(GO) test -count=1 ./...
 
 fuzz-smoke: ## run every fuzz target for 3s
 	@for t in $(FUZZ_TARGETS); do \
