@@ -1,6 +1,7 @@
 package approvals
 
 import (
+	"encoding/json"
 	"time"
 )
 
@@ -66,21 +67,21 @@ const StatePending = "pending"
 // Entry is the state of one gated call in loopgate_approvals, key
 // <run_id>.<call_id>.
 type Entry struct {
-	State       string    `json:"state"`
-	Kind        Kind      `json:"kind"`
-	Round       int       `json:"round"`
-	Tenant      string    `json:"tenant"`
-	RunID       string    `json:"run_id"`
-	CallID      string    `json:"call_id"`
-	Step        int       `json:"step"`
-	Tool        string    `json:"tool"`
-	Args        []byte    `json:"args,omitempty"`
-	ArgsHash    string    `json:"args_hash"`
-	OperationID string    `json:"operation_id"`
-	Principal   string    `json:"principal"`
-	Why         string    `json:"why,omitempty"`
-	RequestedAt time.Time `json:"requested_at"`
-	ExpiresAt   time.Time `json:"expires_at"`
+	State       string          `json:"state"`
+	Kind        Kind            `json:"kind"`
+	Round       int             `json:"round"`
+	Tenant      string          `json:"tenant"`
+	RunID       string          `json:"run_id"`
+	CallID      string          `json:"call_id"`
+	Step        int             `json:"step"`
+	Tool        string          `json:"tool"`
+	Args        json.RawMessage `json:"args,omitempty"`
+	ArgsHash    string          `json:"args_hash"`
+	OperationID string          `json:"operation_id"`
+	Principal   string          `json:"principal"`
+	Why         string          `json:"why,omitempty"`
+	RequestedAt time.Time       `json:"requested_at"`
+	ExpiresAt   time.Time       `json:"expires_at"`
 
 	Decision    Decision  `json:"decision,omitempty"`
 	DecidedBy   string    `json:"decided_by,omitempty"`

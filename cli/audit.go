@@ -1,11 +1,16 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
 	"io"
+	"slices"
+	"strings"
+	"time"
 
+	"github.com/loopgate/loopgate/approvals"
 	"github.com/loopgate/loopgate/events"
 )
 
@@ -46,7 +51,7 @@ func runAudit(ctx context.Context, e env, args []string) int {
 	}
 	defer nc.Close()
 	if *follow_ {
-		return follow(ctx, e, j, filter, *asJSON)
+		return follow(ctx, e, j, filter, *asJSON, *natsURL)
 	}
 	evs, err := j.Replay(ctx, filter)
 	if err != nil {
@@ -62,7 +67,117 @@ func runAudit(ctx context.Context, e env, args []string) int {
 			tl.end(ev)
 		}
 	}
+	if !*asJSON {
+		summarize(e.stdout, evs, time.Now())
+	}
 	return exitOK
+}
+
+// summarize ends an audit with each gated call's questions and decisions,
+// and where the run's time went: active (what the budgets count) and
+// parked waiting for a human.
+func summarize(w io.Writer, evs []events.Event, now time.Time) {
+	type gated struct {
+		callID, tool string
+		asked        time.Time
+		story        []string
+	}
+	var calls []*gated
+	byID := map[string]*gated{}
+	var (
+		active, parked time.Duration
+		parks          int
+		isParked       bool
+		parkedSince    time.Time
+		finished       bool
+	)
+	for i, ev := range evs {
+		if i > 0 && ev.Time.After(evs[i-1].Time) {
+			// The same rule as events.Fold: a gap after a parked event (and
+			// after messages that decided nothing) is time parked.
+			if isParked {
+				parked += ev.Time.Sub(evs[i-1].Time)
+			} else {
+				active += ev.Time.Sub(evs[i-1].Time)
+			}
+		}
+		switch ev.Type {
+		case events.TypeParked:
+			if !isParked {
+				parkedSince = ev.Time
+			}
+			isParked = true
+			parks++
+		case events.TypeApprovalRejected:
+		default:
+			isParked = false
+		}
+		switch ev.Type {
+		case events.TypeFinished:
+			finished = true
+		case events.TypeApprovalRequested:
+			var d events.ApprovalRequestedData
+			if ev.Decode(&d) != nil {
+				continue
+			}
+			g := byID[ev.CallID]
+			if g == nil {
+				g = &gated{callID: ev.CallID, tool: d.Tool}
+				byID[ev.CallID] = g
+				calls = append(calls, g)
+			}
+			g.asked = ev.Time
+			if d.Kind == string(approvals.KindNeedsHuman) {
+				g.story = append(g.story, fmt.Sprintf("outcome unknown after attempt %d, asked a human", d.Attempt))
+			}
+		case events.TypeApprovalRejected:
+			var d events.ApprovalRejectedData
+			if g := byID[ev.CallID]; g != nil && ev.Decode(&d) == nil {
+				g.story = append(g.story, fmt.Sprintf("rejected %s (%s by %s)", d.Class, cmp.Or(d.Decision, "?"), cmp.Or(printable(d.Approver), "?")))
+			}
+		case events.TypeApproved:
+			var d events.ApprovedData
+			if g := byID[ev.CallID]; g != nil && ev.Decode(&d) == nil {
+				s := decisionWord(d.Decision)
+				if d.Approver != "" {
+					s += " by " + printable(d.Approver)
+				}
+				s += fmt.Sprintf(" after %s", ev.Time.Sub(g.asked).Round(time.Millisecond))
+				if d.Reason != "" {
+					s += ": " + printable(d.Reason)
+				}
+				g.story = append(g.story, s)
+			}
+		}
+	}
+	if len(calls) > 0 {
+		fmt.Fprintf(w, "\napprovals (%d gated calls):\n", len(calls))
+		awaiting := lastAwaiting(evs)
+		for _, g := range calls {
+			if len(g.story) == 0 || isParked && slices.Contains(awaiting, g.callID) {
+				g.story = append(g.story, "still pending")
+			}
+			fmt.Fprintf(w, "  %-6s %-18s %s\n", g.callID, g.tool, strings.Join(g.story, "; "))
+		}
+	}
+	fmt.Fprintf(w, "\ntime: active %s (what the budgets count), parked %s waiting for humans (%d parks)\n",
+		active.Round(time.Millisecond), parked.Round(time.Millisecond), parks)
+	if isParked && !finished {
+		fmt.Fprintf(w, "      parked now, since %s (%s so far), awaiting %s\n", parkedSince.Format("15:04:05"),
+			now.Sub(parkedSince).Round(time.Second), strings.Join(lastAwaiting(evs), ", "))
+	}
+}
+
+// lastAwaiting is what the run's latest parked event awaits.
+func lastAwaiting(evs []events.Event) []string {
+	for i := len(evs) - 1; i >= 0; i-- {
+		if evs[i].Type == events.TypeParked {
+			var d events.ParkedData
+			_ = evs[i].Decode(&d)
+			return d.Awaiting
+		}
+	}
+	return nil
 }
 
 func readAll(r io.Reader) ([]byte, error) { return io.ReadAll(r) }

@@ -18,6 +18,10 @@ const (
 	exitError    = 1 // bad usage, bad config, infrastructure failure
 	exitStopped  = 2 // the run stopped for a reason other than done
 	exitRejected = 3 // the task was rejected at intake
+	// exitApprovalRejected: loopgate recorded an approval message as
+	// deciding nothing (approval_rejected: not_authorized, self_approval,
+	// not_pending, …).
+	exitApprovalRejected = 4
 )
 
 // env is what every subcommand writes to and reads from.
@@ -38,6 +42,9 @@ func commands() []command {
 		{"worker", "run workers only, against an external NATS (--nats required)", runWorker},
 		{"submit", "publish a task, follow its run to the end, print the answer", runSubmit},
 		{"audit", "replay one run's events from the stream", runAudit},
+		{"pending", "list the calls waiting for a human, each with its exact action", runPending},
+		{"approve", "approve one pending call (or answer an unknown outcome with --decision)", runApprove},
+		{"deny", "deny one pending call, with a reason the model will see", runDeny},
 	}
 }
 
@@ -83,8 +90,33 @@ func parseFlags(fs *flag.FlagSet, e env, args []string) (code int, ok bool) {
 	return 0, true
 }
 
+// parseInterspersed parses flags that may come before, between or after
+// positional arguments (loopgate approve RUN CALL --as ID), and returns
+// the positional ones.
+func parseInterspersed(fs *flag.FlagSet, e env, args []string) (pos []string, code int, ok bool) {
+	for {
+		if code, ok := parseFlags(fs, e, args); !ok {
+			return nil, code, false
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return pos, 0, true
+		}
+		// After "--" everything is positional.
+		if n := len(args) - len(rest); n > 0 && args[n-1] == "--" {
+			return append(pos, rest...), 0, true
+		}
+		pos, args = append(pos, rest[0]), rest[1:]
+	}
+}
+
 func fail(e env, format string, args ...any) int {
+	return failCode(e, exitError, format, args...)
+}
+
+// failCode prints an error like fail and returns code.
+func failCode(e env, code int, format string, args ...any) int {
 	msg := fmt.Sprintf(format, args...)
 	fmt.Fprintln(e.stderr, "loopgate: "+strings.TrimSpace(msg))
-	return exitError
+	return code
 }

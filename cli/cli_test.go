@@ -18,7 +18,7 @@ import (
 	"github.com/loopgate/loopgate/events"
 )
 
-func TestDemoHappyPathFinishesDoneWithThreeDrafts(t *testing.T) {
+func TestDemoHappyPathApprovesThreeDraftsAndFinishesDone(t *testing.T) {
 	t.Parallel()
 	var out, errOut bytes.Buffer
 	code := Main(t.Context(), []string{"demo"}, strings.NewReader(""), &out, &errOut)
@@ -31,8 +31,75 @@ func TestDemoHappyPathFinishesDoneWithThreeDrafts(t *testing.T) {
 			t.Errorf("demo output lacks %q:\n%s", want, s)
 		}
 	}
-	if n := strings.Count(s, "ESCALATION DRAFT"); n != 3 {
-		t.Errorf("demo listed %d drafts, want 3:\n%s", n, s)
+	// Each draft is asked for, the run parks, the demo supervisor answers
+	// through the approvals subject, and loopgate records the approval.
+	for _, call := range []string{"s3c1", "s4c1", "s5c1"} {
+		if !strings.Contains(s, "→ demo supervisor supervisor@cityops approves "+call+" (draft_escalation {") {
+			t.Errorf("the demo supervisor did not approve %s:\n%s", call, s)
+		}
+	}
+	for what, want := range map[string]int{"approval_requested": 3, "parked": 3, "APPROVED by supervisor@cityops": 3, "ESCALATION DRAFT": 3, "approval_rejected": 0} {
+		if n := strings.Count(s, what); n != want {
+			t.Errorf("demo output has %q %d times, want %d:\n%s", what, n, want, s)
+		}
+	}
+}
+
+func TestDemoInteractiveDenialReachesTheModelAndTheRunGoesOn(t *testing.T) {
+	t.Parallel()
+	var out, errOut bytes.Buffer
+	// "n" denies the first draft; the end of input denies the rest.
+	code := Main(t.Context(), []string{"demo", "--interactive"}, strings.NewReader("n\n"), &out, &errOut)
+	if code != exitOK {
+		t.Fatalf("demo exit %d\nstdout:\n%s\nstderr:\n%s", code, out.String(), errOut.String())
+	}
+	s := out.String()
+	// The approver saw the exact action before deciding.
+	for _, want := range []string{
+		`args       {"reason":"Open 9 days, past the 5-day sanitation escalation threshold.","request_id":"SR-10421"}`,
+		"args_hash  sha256:", "why        draft_escalation is a write tool", "expires    in 1h0m0s", "approve? [y/N] n\n",
+		"→ demo supervisor supervisor@cityops denies s3c1",
+	} {
+		if !strings.Contains(s, want) {
+			t.Errorf("interactive demo output lacks %q:\n%s", want, s)
+		}
+	}
+	// The model is told, and the scripted model goes on with its next
+	// decision: the next two drafts are asked for and denied in turn (no
+	// more input), nothing is written, and the run ends with the script's
+	// final answer — which claims drafts the trail shows were denied.
+	if n := strings.Count(s, `"message":"DENIED by supervisor@cityops: denied at the demo prompt. Propose an alternative."`); n != 3 {
+		t.Errorf("the model saw %d denials, want 3:\n%s", n, s)
+	}
+	for _, want := range []string{"step 4    proposed                  draft_escalation{\"request_id\":\"SR-10422\"",
+		"step 5    proposed                  draft_escalation{\"request_id\":\"SR-10423\"",
+		"finished: done", "outbox: empty", "the answer claims 3 drafts and the outbox holds 0"} {
+		if !strings.Contains(s, want) {
+			t.Errorf("interactive demo output lacks %q:\n%s", want, s)
+		}
+	}
+	if strings.Contains(s, "executing          s3c1") {
+		t.Errorf("a denied draft was executed:\n%s", s)
+	}
+}
+
+func TestDemoWithAnApproverThePolicyRefusesStopsWithTheRejection(t *testing.T) {
+	t.Parallel()
+	for approver, class := range map[string]string{"intern@cityops": "not_authorized", "dev@cityops": "self_approval"} {
+		t.Run(approver, func(t *testing.T) {
+			t.Parallel()
+			var out, errOut bytes.Buffer
+			code := Main(t.Context(), []string{"demo", "--approver", approver}, strings.NewReader(""), &out, &errOut)
+			if code != exitApprovalRejected {
+				t.Fatalf("exit %d, want %d\n%s\n%s", code, exitApprovalRejected, out.String(), errOut.String())
+			}
+			if !strings.Contains(out.String(), "approval_rejected  s3c1   REJECTED "+class) {
+				t.Errorf("the rejection %s is not in the timeline:\n%s", class, out.String())
+			}
+			if !strings.Contains(errOut.String(), "Try --approver supervisor@cityops") || strings.Contains(out.String(), "ESCALATION DRAFT") {
+				t.Errorf("stderr does not say what to do, or a draft was written:\n%s\n%s", out.String(), errOut.String())
+			}
+		})
 	}
 }
 
@@ -128,7 +195,9 @@ func plainTask(id, agent string) []byte {
 }
 
 // collect subscribes with a plain NATS client to a run's events and returns
-// them, by subject, until the run ends.
+// them, by subject, until the run ends. Like a plain approver, it approves
+// each call the run parks on as supervisor@cityops, with a JSON message
+// bound to the args hash of the call's approval_requested event.
 func collect(t *testing.T, nc *nats.Conn, runID string, publish func()) []*nats.Msg {
 	t.Helper()
 	ch := make(chan *nats.Msg, 256)
@@ -142,12 +211,31 @@ func collect(t *testing.T, nc *nats.Conn, runID string, publish func()) []*nats.
 	}
 	publish()
 	var msgs []*nats.Msg
+	hashes := map[string]string{}
 	timeout := time.After(30 * time.Second)
 	for {
 		select {
 		case m := <-ch:
 			msgs = append(msgs, m)
-			if strings.HasSuffix(m.Subject, ".finished") || strings.HasSuffix(m.Subject, ".rejected") {
+			var ev struct {
+				CallID string `json:"call_id"`
+				Data   struct {
+					ArgsHash string   `json:"args_hash"`
+					Awaiting []string `json:"awaiting"`
+				} `json:"data"`
+			}
+			_ = json.Unmarshal(m.Data, &ev)
+			switch {
+			case strings.HasSuffix(m.Subject, ".approval_requested"):
+				hashes[ev.CallID] = ev.Data.ArgsHash
+			case strings.HasSuffix(m.Subject, ".parked"):
+				for _, call := range ev.Data.Awaiting {
+					approval := fmt.Sprintf(`{"run_id":%q,"call_id":%q,"args_hash":%q,"decision":"approve","approver":{"id":"supervisor@cityops"}}`, runID, call, hashes[call])
+					if err := nc.Publish("loopgate.approvals.cityops."+runID+"."+call, []byte(approval)); err != nil {
+						t.Fatal(err)
+					}
+				}
+			case strings.HasSuffix(m.Subject, ".finished") || strings.HasSuffix(m.Subject, ".rejected"):
 				return msgs
 			}
 		case <-timeout:
@@ -193,7 +281,8 @@ func TestServeRunsTasksFromAPlainNATSClientAndKeepsEventsAcrossRestart(t *testin
 		}
 		types = append(types, string(e.Type))
 	}
-	want := "started " + strings.Repeat("proposed validated executing executed observed ", 5) + "proposed finished"
+	want := "started " + strings.Repeat("proposed validated executing executed observed ", 2) +
+		strings.Repeat("proposed validated approval_requested parked approved executing executed observed ", 3) + "proposed finished"
 	if got := strings.Join(types, " "); got != want {
 		t.Fatalf("event types:\n got  %s\n want %s", got, want)
 	}
@@ -259,22 +348,37 @@ func collectAny(t *testing.T, nc *nats.Conn, publish func(), suffix string) *nat
 func TestSubmitFollowsTheRunAndExitsByItsEnd(t *testing.T) {
 	t.Parallel()
 	srv := startServe(t, t.TempDir())
+	// The happy path parks on each draft: a supervisor answers with
+	// loopgate approve, as they would at their own terminal.
+	stop := approveWhenParked(t, srv.url, events.RunID("cityops", "s-1"), "supervisor@cityops")
 	cases := []struct {
 		name     string
 		args     []string
 		wantCode int
-		wantOut  string
+		wantOut  []string
 	}{
-		{"done", []string{"--task-id", "s-1"}, exitOK, "answer: Three open sanitation complaints"},
-		{"stopped", []string{"--task-id", "s-2", "--agent", "runaway-assistant"}, exitStopped, "finished: max_steps"},
-		{"rejected", []string{"--task-id", "s-3", "--agent", "no-such-agent"}, exitRejected, "REJECTED /agent"},
-		{"dry run", []string{"--task-id", "s-4", "--agent", "dry-run-assistant", "--dry-run"}, exitOK, "DRY_RUN"},
+		{"done", []string{"--task-id", "s-1"}, exitOK, []string{
+			"answer: Three open sanitation complaints",
+			"waiting for approval: loopgate approve " + events.RunID("cityops", "s-1") + " s3c1 --as <approver> --nats " + srv.url,
+			"APPROVED by supervisor@cityops",
+		}},
+		{"stopped", []string{"--task-id", "s-2", "--agent", "runaway-assistant"}, exitStopped, []string{"finished: max_steps"}},
+		{"rejected", []string{"--task-id", "s-3", "--agent", "no-such-agent"}, exitRejected, []string{"REJECTED /agent"}},
+		{"dry run", []string{"--task-id", "s-4", "--agent", "dry-run-assistant", "--dry-run"}, exitOK, []string{"DRY_RUN"}},
 	}
 	for _, c := range cases {
 		var out, errOut bytes.Buffer
 		code := Main(t.Context(), append([]string{"submit", "--nats", srv.url}, c.args...), nil, &out, &errOut)
-		if code != c.wantCode || !strings.Contains(out.String(), c.wantOut) {
-			t.Errorf("%s: exit %d (want %d), output lacks %q:\n%s\n%s", c.name, code, c.wantCode, c.wantOut, out.String(), errOut.String())
+		if code != c.wantCode {
+			t.Errorf("%s: exit %d (want %d):\n%s\n%s", c.name, code, c.wantCode, out.String(), errOut.String())
+		}
+		for _, want := range c.wantOut {
+			if !strings.Contains(out.String(), want) {
+				t.Errorf("%s: output lacks %q:\n%s\n%s", c.name, want, out.String(), errOut.String())
+			}
+		}
+		if c.name == "done" {
+			stop()
 		}
 	}
 }

@@ -37,6 +37,8 @@ func runDemo(ctx context.Context, e env, args []string) int {
 		keep     = fs.Bool("keep", false, "keep the temporary data directory (printed at the end)")
 		logLevel = fs.String("log-level", "warn", "log level of the embedded stack")
 		asJSON   = fs.Bool("json", false, "print events as JSON lines")
+		interact = fs.Bool("interactive", false, "show each gated write's exact action and ask approve? [y/N] on stdin instead of approving it")
+		approver = fs.String("approver", "supervisor@cityops", "who the demo approves as: try intern@cityops (may approve nothing) or dev@cityops (the task's own principal)")
 	)
 	if code, ok := parseFlags(fs, e, args); !ok {
 		return code
@@ -45,6 +47,7 @@ func runDemo(ctx context.Context, e env, args []string) int {
 	if !ok {
 		return fail(e, "demo: unknown scenario %q; choose one of %s", *scenario, scenarioNames())
 	}
+	e.stderr = &syncWriter{w: e.stderr} // the workers log there too
 	log, err := newLogger(e.stderr, "text", *logLevel)
 	if err != nil {
 		return fail(e, "%v", err)
@@ -81,10 +84,31 @@ func runDemo(ctx context.Context, e env, args []string) int {
 		fmt.Fprintf(e.stdout, "loopgate demo — scenario %q: %s\n", sc.Name, sc.Description)
 		fmt.Fprintf(e.stdout, "embedded nats-server %s, data in %s\n", s.srv.ClientURL(), dir)
 		fmt.Fprintf(e.stdout, "task %s → run %s (agent %s, principal %s)\n", task.TaskID, runID, task.Agent, task.Principal.ID)
-		fmt.Fprintf(e.stdout, "input: %s\n\n", sc.Input)
+		fmt.Fprintf(e.stdout, "input: %s\n", sc.Input)
+		if *interact {
+			fmt.Fprintf(e.stdout, "gated writes: you decide each one as %s at the prompt below\n\n", *approver)
+		} else {
+			fmt.Fprintf(e.stdout, "gated writes: the demo supervisor %s approves each one, through the approvals subject (--interactive to decide yourself)\n\n", *approver)
+		}
 	}
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	timeout := 2 * time.Minute
+	if *interact {
+		timeout = time.Hour // a person is answering
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	// The demo's approver writes beside the timeline, or to stderr when
+	// stdout is JSON lines.
+	aw := e.stdout
+	if *asJSON {
+		aw = e.stderr
+	}
+	var prompt *prompter
+	if *interact {
+		prompt = newPrompter(e.stdin, aw)
+		defer prompt.stop()
+	}
+	sup := newDemoApprover(*approver, s.js, aw, prompt)
 	if _, err := s.js.Publish(ctx, events.TaskSubject(task.Tenant), payload, jetstream.WithMsgID(task.TaskID)); err != nil {
 		return fail(e, "demo: publish task: %v", err)
 	}
@@ -95,6 +119,11 @@ func runDemo(ctx context.Context, e env, args []string) int {
 			return fail(e, "demo: watch run: %v", err)
 		}
 		tl.print(ev)
+		if code, done, err := sup.observe(ctx, ev); done {
+			return failCode(e, code, "demo: %v", err)
+		} else if err != nil {
+			return fail(e, "demo: %v", err)
+		}
 		if ev.Type == events.TypeFinished {
 			tl.end(ev)
 			finished = new(events.FinishedData)
@@ -109,7 +138,11 @@ func runDemo(ctx context.Context, e env, args []string) int {
 		return fail(e, "demo: run did not finish: %v", ctx.Err())
 	}
 	if !*asJSON {
-		listOutbox(e.stdout, s.outbox)
+		n := listOutbox(e.stdout, s.outbox)
+		if finished.Final != nil && len(finished.Final.DraftsCreated) != n && !sc.DryRun {
+			fmt.Fprintf(e.stdout, "note: the answer claims %d drafts and the outbox holds %d: a final answer is the model's word, the trail above is what happened\n",
+				len(finished.Final.DraftsCreated), n)
+		}
 		fmt.Fprintf(e.stdout, "\nreplay it any time: loopgate audit %s (against a serve on the same data)\n", runID)
 		if *keep {
 			fmt.Fprintf(e.stdout, "data kept in %s\n", dir)
@@ -122,19 +155,25 @@ func runDemo(ctx context.Context, e env, args []string) int {
 	return exitOK
 }
 
-// listOutbox shows the drafts a run wrote, with their status line.
-func listOutbox(w io.Writer, dir string) {
+// listOutbox shows the drafts a run wrote, with their status line, and
+// returns how many there are.
+func listOutbox(w io.Writer, dir string) int {
 	entries, _ := os.ReadDir(dir)
 	if len(entries) == 0 {
 		fmt.Fprintln(w, "\noutbox: empty — nothing was written")
-		return
+		return 0
 	}
-	fmt.Fprintf(w, "\noutbox (%s): %d drafts\n", dir, len(entries))
+	drafts := "drafts"
+	if len(entries) == 1 {
+		drafts = "draft"
+	}
+	fmt.Fprintf(w, "\noutbox (%s): %d %s\n", dir, len(entries), drafts)
 	for _, ent := range entries {
 		b, _ := os.ReadFile(filepath.Join(dir, ent.Name()))
 		first, _, _ := strings.Cut(string(b), "\n")
 		fmt.Fprintf(w, "  %s  %s\n", ent.Name(), first)
 	}
+	return len(entries)
 }
 
 func scenarioNames() string {

@@ -90,13 +90,18 @@ func runSubmit(ctx context.Context, e env, args []string) int {
 		}
 		fmt.Fprintf(e.stdout, "submitted task %s as run %s%s\n\n", task.TaskID, runID, dup)
 	}
-	return follow(ctx, e, j, events.RunFilter(task.Tenant, runID), *asJSON)
+	return follow(ctx, e, j, events.RunFilter(task.Tenant, runID), *asJSON, *natsURL)
 }
 
 // follow prints a run's events until it finishes or is rejected, and
-// returns the exit code its end deserves.
-func follow(ctx context.Context, e env, j *journal.Journal, filter string, asJSON bool) int {
-	tl := &timeline{w: e.stdout, asJSON: asJSON, width: 160}
+// returns the exit code its end deserves. When the run parks it says how
+// to answer what it waits for (on stderr with asJSON), and keeps
+// following: the run goes on once someone decides.
+func follow(ctx context.Context, e env, j *journal.Journal, filter string, asJSON bool, natsURL string) int {
+	tl := &timeline{w: e.stdout, asJSON: asJSON, width: 160, hints: e.stdout, natsURL: natsURL}
+	if asJSON {
+		tl.hints = e.stderr
+	}
 	for ev, err := range j.Watch(ctx, filter) {
 		if err != nil {
 			return fail(e, "follow run: %v", err)

@@ -420,21 +420,27 @@ func (b *bundle) waitType(runID string, typ events.Type, n int) events.Event {
 }
 
 // autoApprove answers every question the run asks with decision, as
-// approver, through the real approvals subject, until the run ends.
+// approver, through the real approvals subject, until the run ends. It
+// answers once the run is parked, so the trail is always requested →
+// parked → approved (an answer that beats the parked event is fine too,
+// but makes the trail depend on timing).
 func (b *bundle) autoApprove(runID, approver, decision, reason string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	go func() {
 		defer cancel()
+		var q events.ApprovalRequestedData
+		var callID string
 		for e, err := range b.env.Journal.Watch(ctx, events.RunFilter("cityops", runID)) {
 			if err != nil {
 				return
 			}
 			switch e.Type {
 			case events.TypeApprovalRequested:
-				var q events.ApprovalRequestedData
 				_ = e.Decode(&q)
-				payload, _ := json.Marshal(approval{RunID: runID, CallID: e.CallID, ArgsHash: q.ArgsHash, Decision: decision, Approver: map[string]string{"id": approver}, Reason: reason})
-				_, _ = b.env.JS.Publish(ctx, events.ApprovalSubject("cityops", runID, e.CallID), payload)
+				callID = e.CallID
+			case events.TypeParked:
+				payload, _ := json.Marshal(approval{RunID: runID, CallID: callID, ArgsHash: q.ArgsHash, Decision: decision, Approver: map[string]string{"id": approver}, Reason: reason})
+				_, _ = b.env.JS.Publish(ctx, events.ApprovalSubject("cityops", runID, callID), payload)
 			case events.TypeFinished:
 				return
 			}

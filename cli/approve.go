@@ -1,0 +1,232 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/loopgate/loopgate/approvals"
+	"github.com/loopgate/loopgate/events"
+	"github.com/loopgate/loopgate/journal"
+)
+
+func runApprove(ctx context.Context, e env, args []string) int {
+	return decide(ctx, e, "approve", args)
+}
+
+func runDeny(ctx context.Context, e env, args []string) int {
+	return decide(ctx, e, "deny", args)
+}
+
+// decide is loopgate approve and loopgate deny: it reads the call's pending
+// entry, shows the exact action, publishes the decision bound to the
+// entry's args hash on the call's approvals subject — as any approver
+// would — and follows the run until loopgate records what the message did.
+func decide(ctx context.Context, e env, verb string, args []string) int {
+	fs := flag.NewFlagSet("loopgate "+verb, flag.ContinueOnError)
+	var (
+		natsURL  = fs.String("nats", "nats://127.0.0.1:4222", "NATS URL of a running loopgate")
+		tenant   = fs.String("tenant", "", "the run's tenant (default: the pending entry's)")
+		as       = fs.String("as", "", "approver id, as named in the policy (required)")
+		reason   = fs.String("reason", "", "why; the model sees a denial's reason")
+		yes      = fs.Bool("yes", false, "send without asking for confirmation")
+		wait     = fs.Duration("wait", 5*time.Second, "how long to wait for loopgate to record the decision, and then for the run to move on")
+		decision *string
+	)
+	if verb == "approve" {
+		decision = fs.String("decision", "", "for a needs_human question (unknown outcome): mark_done, retry or abandon")
+		fs.Usage = func() {
+			fmt.Fprintln(e.stderr, "usage: loopgate approve RUN_ID CALL_ID --as ID [--reason R] [--decision mark_done|retry|abandon] [--yes] [--wait D] [--nats URL] [--tenant T]")
+			fs.PrintDefaults()
+		}
+	} else {
+		fs.Usage = func() {
+			fmt.Fprintln(e.stderr, "usage: loopgate deny RUN_ID CALL_ID --as ID --reason R [--yes] [--wait D] [--nats URL] [--tenant T]")
+			fs.PrintDefaults()
+		}
+	}
+	pos, code, ok := parseInterspersed(fs, e, args)
+	if !ok {
+		return code
+	}
+	if len(pos) != 2 {
+		fs.Usage()
+		return exitError
+	}
+	runID, callID := pos[0], pos[1]
+	switch {
+	case !events.ValidToken(runID) || !events.ValidToken(callID):
+		return fail(e, "%s: %q %q is not a run id and a call id", verb, runID, callID)
+	case strings.TrimSpace(*as) == "":
+		return fail(e, "%s: --as ID is required: the approver, as named in the policy", verb)
+	case verb == "deny" && strings.TrimSpace(*reason) == "":
+		return fail(e, "deny: --reason is required: the model is told why it was denied")
+	case *wait <= 0:
+		return fail(e, "%s: --wait must be positive", verb)
+	}
+
+	nc, js, j, err := connect(ctx, *natsURL)
+	if err != nil {
+		return fail(e, "%v", err)
+	}
+	defer nc.Close()
+	store, err := openApprovals(ctx, js)
+	if err != nil {
+		return fail(e, "%s: %v", verb, err)
+	}
+	entry, _, err := store.Get(ctx, runID, callID)
+	if errors.Is(err, approvals.ErrNotFound) {
+		return fail(e, "%s: run %s call %s has no approval request; `loopgate pending` lists the calls waiting for a human", verb, runID, callID)
+	}
+	if err != nil {
+		return fail(e, "%s: %v", verb, err)
+	}
+	if !entry.Pending() {
+		when := ""
+		if !entry.DecidedAt.IsZero() {
+			when = " at " + entry.DecidedAt.UTC().Format(time.RFC3339)
+		}
+		by := ""
+		if entry.DecidedBy != "" {
+			by = " by " + printable(entry.DecidedBy)
+		}
+		return fail(e, "%s: run %s call %s is not pending: already decided %s%s%s; nothing sent", verb, runID, callID, entry.State, by, when)
+	}
+	if *tenant != "" && *tenant != entry.Tenant {
+		return fail(e, "%s: run %s belongs to tenant %s, not %s; nothing sent", verb, runID, entry.Tenant, *tenant)
+	}
+	d, err := chooseDecision(verb, entry.Kind, decision)
+	if err != nil {
+		return fail(e, "%s: run %s call %s: %v", verb, runID, callID, err)
+	}
+
+	q := questionFromEntry(entry)
+	fmt.Fprintf(e.stdout, "%s as %s — the exact action:\n", d, printable(*as))
+	q.print(e.stdout, "  ", time.Now())
+	if *reason != "" {
+		fmt.Fprintf(e.stdout, "  %-10s %s\n", "reason", printable(*reason))
+	}
+	if !*yes {
+		p := newPrompter(e.stdin, e.stdout)
+		answer, _, err := p.ask(ctx, fmt.Sprintf("send %s? [y/N] ", d))
+		p.stop()
+		if err != nil || !isYes(answer) {
+			fmt.Fprintln(e.stdout, "not sent")
+			return exitError
+		}
+	}
+
+	msg := approvals.Message{
+		RunID: runID, CallID: callID, ArgsHash: entry.ArgsHash, Decision: d,
+		Approver: approvals.Approver{ID: *as}, Reason: *reason,
+	}
+	payload, _ := json.Marshal(msg)
+	subject := events.ApprovalSubject(entry.Tenant, runID, callID)
+	ack, err := js.Publish(ctx, subject, payload, jetstream.WithMsgID(uuid.NewString()))
+	if err != nil {
+		return fail(e, "%s: publish on %s: %v", verb, subject, err)
+	}
+	fmt.Fprintf(e.stdout, "sent %s on %s (approvals seq %d)\n", d, subject, ack.Sequence)
+	return awaitDecision(ctx, e, j, entry.Tenant, runID, ack.Sequence, *wait, *natsURL)
+}
+
+// chooseDecision is the decision a command sends for a question of kind k.
+func chooseDecision(verb string, k approvals.Kind, flagged *string) (approvals.Decision, error) {
+	if verb == "deny" {
+		if k != approvals.KindApproval {
+			return "", fmt.Errorf("deny answers an approval, and this is a %s question (an unknown outcome): use loopgate approve --decision mark_done|retry|abandon", k)
+		}
+		return approvals.Deny, nil
+	}
+	d := approvals.Decision(*flagged)
+	if d == "" {
+		if k == approvals.KindNeedsHuman {
+			return "", errors.New("the outcome of this call is unknown (needs_human): say what to do with --decision mark_done, retry or abandon")
+		}
+		return approvals.Approve, nil
+	}
+	if !k.Accepts(d) {
+		want := "approve (or loopgate deny)"
+		if k == approvals.KindNeedsHuman {
+			want = "mark_done, retry or abandon"
+		}
+		return "", fmt.Errorf("--decision %s does not answer this %s question: want %s", d, k, want)
+	}
+	return d, nil
+}
+
+func isYes(s string) bool {
+	s = strings.ToLower(strings.TrimSpace(s))
+	return s == "y" || s == "yes"
+}
+
+// awaitDecision follows the run until loopgate records what the approval
+// message with stream sequence seq did: an approved event (the message
+// decided the call: exit 0, then the run's next events until it parks
+// again or finishes) or an approval_rejected event (exit
+// exitApprovalRejected, with the class and the detail). Each wait is at
+// most wait long.
+func awaitDecision(ctx context.Context, e env, j *journal.Journal, tenant, runID string, seq uint64, wait time.Duration, natsURL string) int {
+	parent := ctx
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	timer := time.AfterFunc(wait, cancel)
+	defer timer.Stop()
+	tl := &timeline{w: e.stdout, width: 160, hints: e.stdout, natsURL: natsURL}
+	decided := false
+	for ev, err := range j.Watch(ctx, events.RunFilter(tenant, runID)) {
+		if err != nil {
+			if decided {
+				break
+			}
+			return fail(e, "follow run %s: %v", runID, err)
+		}
+		if decided {
+			tl.print(ev)
+			switch ev.Type {
+			case events.TypeParked:
+				return exitOK
+			case events.TypeFinished:
+				tl.end(ev)
+				return exitOK
+			}
+			continue
+		}
+		switch ev.Type {
+		case events.TypeApproved:
+			var d events.ApprovedData
+			if ev.Decode(&d) != nil || d.ApprovalSeq != seq {
+				continue
+			}
+			decided = true
+			fmt.Fprintf(e.stdout, "accepted: %s %s by %s; the run goes on:\n", ev.CallID, d.Decision, printable(d.Approver))
+			tl.print(ev)
+			timer.Reset(wait)
+		case events.TypeApprovalRejected:
+			var d events.ApprovalRejectedData
+			if ev.Decode(&d) != nil || d.ApprovalSeq != seq {
+				continue
+			}
+			tl.print(ev)
+			fmt.Fprintf(e.stdout, "REJECTED (%s): %s\n", d.Class, printable(d.Detail))
+			fmt.Fprintf(e.stderr, "loopgate: %s's decision (%s) on run %s call %s was rejected: %s — %s\n",
+				printable(d.Approver), d.Decision, runID, ev.CallID, d.Class, printable(d.Detail))
+			return exitApprovalRejected
+		}
+	}
+	if decided {
+		fmt.Fprintf(e.stdout, "(the run is still going after %s; follow it with: loopgate audit %s --follow)\n", wait, runID)
+		return exitOK
+	}
+	if err := parent.Err(); err != nil {
+		return fail(e, "follow run %s: %v (the message is stored: approvals seq %d)", runID, err, seq)
+	}
+	return fail(e, "no decision recorded within %s: the message is stored (approvals seq %d) and a worker decides it when one runs; `loopgate audit %s` will show it", wait, seq, runID)
+}

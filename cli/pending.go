@@ -1,0 +1,88 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/loopgate/loopgate/approvals"
+	"github.com/loopgate/loopgate/events"
+)
+
+// pendingJSON is one pending entry as `loopgate pending --json` prints it:
+// the stored entry with its arguments as JSON rather than base64.
+func runPending(ctx context.Context, e env, args []string) int {
+	fs := flag.NewFlagSet("loopgate pending", flag.ContinueOnError)
+	var (
+		natsURL = fs.String("nats", "nats://127.0.0.1:4222", "NATS URL of a running loopgate")
+		tenant  = fs.String("tenant", "", "only this tenant's calls (default: every tenant)")
+		asJSON  = fs.Bool("json", false, "print the entries as JSON lines")
+	)
+	fs.Usage = func() {
+		fmt.Fprintln(e.stderr, "usage: loopgate pending [--tenant T] [--nats URL] [--json]")
+		fs.PrintDefaults()
+	}
+	if code, ok := parseFlags(fs, e, args); !ok {
+		return code
+	}
+	if fs.NArg() > 0 {
+		fs.Usage()
+		return exitError
+	}
+	if *tenant != "" && !events.ValidToken(*tenant) {
+		return fail(e, "pending: tenant %q is not a valid subject token", *tenant)
+	}
+	nc, js, _, err := connect(ctx, *natsURL)
+	if err != nil {
+		return fail(e, "%v", err)
+	}
+	defer nc.Close()
+	store, err := openApprovals(ctx, js)
+	if err != nil {
+		return fail(e, "pending: %v", err)
+	}
+	entries, err := store.Pending(ctx, *tenant)
+	if err != nil {
+		return fail(e, "pending: %v", err)
+	}
+	slices.SortFunc(entries, func(a, b approvals.Entry) int { return a.RequestedAt.Compare(b.RequestedAt) })
+	if *asJSON {
+		for _, ent := range entries {
+			b, _ := json.Marshal(ent)
+			fmt.Fprintln(e.stdout, string(b))
+		}
+		return exitOK
+	}
+	scope := "any tenant"
+	if *tenant != "" {
+		scope = "tenant " + *tenant
+	}
+	if len(entries) == 0 {
+		fmt.Fprintf(e.stdout, "nothing pending (%s)\n", scope)
+		return exitOK
+	}
+	fmt.Fprintf(e.stdout, "%d pending (%s), oldest first:\n", len(entries), scope)
+	now := time.Now()
+	for i, ent := range entries {
+		q := questionFromEntry(ent)
+		fmt.Fprintf(e.stdout, "\n#%d  %s, asked %s ago\n", i+1, q.Kind, now.Sub(q.RequestedAt).Round(time.Second))
+		q.print(e.stdout, "  ", now)
+		fmt.Fprintf(e.stdout, "  %-10s %s\n", "decide", decideHint(q, *natsURL))
+	}
+	return exitOK
+}
+
+// decideHint is the command that answers q.
+func decideHint(q question, natsURL string) string {
+	nats := ""
+	if natsURL != "" && natsURL != "nats://127.0.0.1:4222" {
+		nats = " --nats " + natsURL
+	}
+	if q.Kind == approvals.KindNeedsHuman {
+		return fmt.Sprintf("loopgate approve %s %s --as <approver> --decision mark_done|retry|abandon%s", q.RunID, q.CallID, nats)
+	}
+	return fmt.Sprintf("loopgate approve %s %s --as <approver>%s   (or: loopgate deny … --as <approver> --reason R)", q.RunID, q.CallID, nats)
+}
