@@ -5,6 +5,8 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"os"
+	"time"
 
 	"github.com/loopgate/loopgate/config"
 	"github.com/loopgate/loopgate/examples/cityops"
@@ -21,6 +23,7 @@ type serveFlags struct {
 	logLevel     string
 	syncInterval string
 	replicas     int
+	ackWait      time.Duration
 }
 
 func (f *serveFlags) register(fs *flag.FlagSet) {
@@ -33,6 +36,7 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fs.StringVar(&f.syncInterval, "sync-interval", "", `embedded server fsync: "always" (default) or a duration such as 2m`)
 	fs.IntVar(&f.replicas, "replicas", 0, "replicas of the streams and KV buckets loopgate creates (default 1)")
+	fs.DurationVar(&f.ackWait, "ack-wait", 0, "how long a worker may hold a work message without a heartbeat (default 30s)")
 }
 
 // loadConfig reads --config, or the built-in CityOps example.
@@ -82,6 +86,9 @@ func serve(ctx context.Context, e env, f serveFlags, workerOnly bool) int {
 		dataDir:      cmp.Or(f.data, cfg.Server.Data),
 		syncInterval: cmp.Or(f.syncInterval, cfg.Server.SyncInterval),
 		replicas:     cmp.Or(f.replicas, cfg.Server.Replicas),
+		ackWait:      cmp.Or(f.ackWait, cfg.Server.AckWait.D()),
+		maxDeliver:   cfg.Server.MaxDeliver,
+		crash:        crashHook(os.Getenv(crashEnv), log),
 		workers:      cmp.Or(f.workers, cfg.Server.Workers),
 		log:          log,
 	}

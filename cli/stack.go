@@ -27,6 +27,9 @@ type stackOptions struct {
 	dataDir      string // JetStream store (embedded) and tool files (outbox)
 	syncInterval string
 	replicas     int
+	ackWait      time.Duration // 0: journal's default
+	maxDeliver   int           // 0: journal's default
+	crash        func(point string)
 	workers      int // 0: no workers (a client-only stack)
 	log          *slog.Logger
 }
@@ -79,7 +82,7 @@ func startStack(ctx context.Context, o stackOptions) (_ *stack, err error) {
 	if s.js, err = jetstream.New(s.nc); err != nil {
 		return nil, err
 	}
-	if err := journal.Ensure(ctx, s.js, journal.Layout{Replicas: o.replicas}); err != nil {
+	if err := journal.Ensure(ctx, s.js, journal.Layout{Replicas: o.replicas, AckWait: o.ackWait, MaxDeliver: o.maxDeliver}); err != nil {
 		return nil, err
 	}
 	if s.journal, err = journal.New(ctx, s.js); err != nil {
@@ -96,7 +99,7 @@ func startStack(ctx context.Context, o stackOptions) (_ *stack, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}
-	s.pool, err = worker.New(worker.Deps{JS: s.js, Journal: s.journal, App: o.cfg, Registry: reg}, &worker.Config{Workers: o.workers, Logger: o.log})
+	s.pool, err = worker.New(worker.Deps{JS: s.js, Journal: s.journal, App: o.cfg, Registry: reg}, &worker.Config{Workers: o.workers, Logger: o.log, Crash: o.crash})
 	if err != nil {
 		return nil, err
 	}

@@ -51,6 +51,12 @@ type Server struct {
 	SyncInterval string `json:"sync_interval,omitempty"`
 	// Replicas of the streams and KV buckets loopgate creates. Defaults to 1.
 	Replicas int `json:"replicas,omitempty"`
+	// AckWait is how long a worker may hold a work message without a
+	// heartbeat before JetStream gives it to another worker. Defaults to 30s.
+	AckWait events.Duration `json:"ack_wait,omitempty"`
+	// MaxDeliver bounds deliveries of a work message; then its run stops
+	// with reason error. Defaults to 5.
+	MaxDeliver int `json:"max_deliver,omitempty"`
 }
 
 // Intake bounds incoming tasks.
