@@ -175,6 +175,9 @@ type ObservedData struct {
 	Observation json.RawMessage `json:"observation"`
 	Bytes       int             `json:"bytes"`
 	Truncated   bool            `json:"truncated,omitempty"`
+	// Flags name what in the tool's output looked like an attempt to
+	// steer the model (guard.Flag values); any flag taints the run.
+	Flags []string `json:"flags,omitempty"`
 }
 
 // ApprovalRequestedData: a gated call awaits a human. Kind is "approval"

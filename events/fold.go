@@ -103,6 +103,10 @@ type RunState struct {
 	CurrentInvalid   []FieldError
 	DecisionObserved bool
 
+	// Tainted lists the calls whose output was flagged as possible prompt
+	// injection: once the model has read it, every write needs approval.
+	Tainted []string
+
 	Rejection *RejectedData
 	Finished  *FinishedData
 	History   []Turn
@@ -270,6 +274,9 @@ func (s *RunState) Apply(e *Event) error {
 			return err
 		}
 		s.ObservationBytes += d.Bytes
+		if len(d.Flags) > 0 {
+			s.Tainted = append(s.Tainted, e.CallID)
+		}
 		if e.CallID == "" {
 			s.DecisionObserved = true
 		} else {

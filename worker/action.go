@@ -28,7 +28,10 @@ var actionNames = [...]string{"observe", "wait", "request_approval", "request_hu
 func (a action) String() string { return actionNames[a] }
 
 // nextAction is the write path's state machine for one call.
-func nextAction(c *events.CallState, m tools.Manifest, dryRun bool) action {
+//
+// tainted says the run's context holds flagged tool output: then every
+// write is gated, whatever its manifest says.
+func nextAction(c *events.CallState, m tools.Manifest, dryRun, tainted bool) action {
 	if c.Validated == nil || c.Validated.Status != events.ValidOK || c.Denied != nil {
 		return actObserve
 	}
@@ -38,7 +41,7 @@ func nextAction(c *events.CallState, m tools.Manifest, dryRun bool) action {
 	write := m.Permission == tools.Write
 	if c.Attempts() == 0 && len(c.Executed) == 0 {
 		// Dry run previews writes without approval: a preview is not consent.
-		if m.NeedsApproval() && !(dryRun && write) {
+		if (m.NeedsApproval() || (tainted && write)) && !(dryRun && write) {
 			switch {
 			case c.Decision == nil:
 				return actRequestApproval

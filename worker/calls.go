@@ -12,6 +12,7 @@ import (
 
 	"github.com/loopgate/loopgate/approvals"
 	"github.com/loopgate/loopgate/events"
+	"github.com/loopgate/loopgate/guard"
 	"github.com/loopgate/loopgate/tools"
 )
 
@@ -95,8 +96,18 @@ func (r *run) runCalls(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		// Tool output is data; output that tries to steer the model is
+		// flagged, and taints the run.
+		if x := c.LastExecuted(); x != nil && x.Status == events.ExecOK && len(x.Result) > 0 {
+			for _, f := range guard.InspectJSON(x.Result) {
+				obs.Flags = append(obs.Flags, string(f))
+			}
+		}
 		if err := r.append(ctx, events.TypeObserved, step, c.Call.ID, c.Call.Tool, obs); err != nil {
 			return err
+		}
+		if len(obs.Flags) > 0 {
+			r.log.WarnContext(ctx, "tool output flagged as possible prompt injection; writes now need approval", "call_id", c.Call.ID, "tool", c.Call.Tool, "flags", obs.Flags)
 		}
 	}
 	return nil
@@ -131,7 +142,7 @@ func (r *run) nextCall() (*events.CallState, action) {
 		if c.Observed {
 			continue
 		}
-		if act := nextAction(c, r.manifest(c.Call.Tool), r.task.DryRun); act != actObserve {
+		if act := nextAction(c, r.manifest(c.Call.Tool), r.task.DryRun, len(r.st.Tainted) > 0); act != actObserve {
 			return c, act
 		}
 	}
@@ -147,7 +158,7 @@ func (r *run) group(first *events.CallState, act action) []*events.CallState {
 	}
 	i := slices.Index(r.st.CurrentCalls, first)
 	for _, c := range r.st.CurrentCalls[i+1:] {
-		if c.Observed || !r.parallelSafe(c.Call.Tool) || nextAction(c, r.manifest(c.Call.Tool), r.task.DryRun) != actExecute {
+		if c.Observed || !r.parallelSafe(c.Call.Tool) || nextAction(c, r.manifest(c.Call.Tool), r.task.DryRun, len(r.st.Tainted) > 0) != actExecute {
 			break
 		}
 		group = append(group, c)

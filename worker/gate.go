@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -31,6 +32,11 @@ func (r *run) requestHuman(ctx context.Context, c *events.CallState, kind approv
 		round = c.Request.Round + 1
 	}
 	why := fmt.Sprintf("%s is a %s tool: a human must approve these exact arguments", c.Call.Tool, m.Permission)
+	if !m.NeedsApproval() {
+		why = fmt.Sprintf("taint: this run read tool output flagged as possible prompt injection (calls %s); every write now needs a human's approval", strings.Join(r.st.Tainted, ", "))
+	} else if len(r.st.Tainted) > 0 {
+		why += fmt.Sprintf("; note the taint: this run read tool output flagged as possible prompt injection (calls %s)", strings.Join(r.st.Tainted, ", "))
+	}
 	if kind == approvals.KindNeedsHuman {
 		last := c.LastExecuted()
 		why = fmt.Sprintf("the outcome of attempt %d is unknown (%s): decide mark_done, retry or abandon", c.Attempts(), last.Status)
