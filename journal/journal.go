@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"iter"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -22,7 +23,7 @@ import (
 // are *ConflictError.
 var ErrConflict = errors.New("journal: another writer appended to the run")
 
-// ConflictError is the error Append returns when the run's last event is
+// ConflictError is the error Append and AppendBatch return when the run's last event is
 // not the one it expected. It matches ErrConflict.
 type ConflictError struct {
 	Tenant string
@@ -33,6 +34,7 @@ type ConflictError struct {
 	Expected uint64
 	// Err is the server's answer: wrong last sequence (10071 on a single
 	// server, 10164 on a replicated stream), a duplicate in process (10158),
+	// a batch refused for a Nats-Msg-Id already stored (10201, AppendBatch),
 	// or a duplicate Nats-Msg-Id whose stored event is another writer's.
 	Err error
 }
@@ -83,6 +85,9 @@ const (
 type Journal struct {
 	js     jetstream.JetStream
 	events jetstream.Stream
+	// atomic is whether StreamEvents allows atomic batch publish, as last
+	// seen; AppendBatch asks again while it is false.
+	atomic atomic.Bool
 
 	mu   sync.Mutex
 	runs jetstream.KeyValue // opened on first PutRun
@@ -94,7 +99,11 @@ func New(ctx context.Context, js jetstream.JetStream) (*Journal, error) {
 	if err != nil {
 		return nil, fmt.Errorf("journal: open stream %s (was Ensure run?): %w", StreamEvents, err)
 	}
-	return &Journal{js: js, events: st}, nil
+	j := &Journal{js: js, events: st}
+	if info := st.CachedInfo(); info != nil {
+		j.atomic.Store(info.Config.AllowAtomicPublish)
+	}
+	return j, nil
 }
 
 // Append stores evs, in order, as the next events of their run, each only

@@ -150,6 +150,11 @@ func (l Layout) streams() []jetstream.StreamConfig {
 			// Reads go to the stream leader (the msg-get API), never to a
 			// follower that may lag the last append.
 			AllowDirect: false,
+			// Journal.AppendBatch stores a step's events all-or-nothing
+			// with one round trip (and one fsync of the stream) through
+			// atomic batch publish (server 2.12+). Turning it on is an
+			// in-place update of an existing stream.
+			AllowAtomicPublish: true,
 		},
 		{
 			Name:        StreamApprovals,
