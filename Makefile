@@ -30,8 +30,9 @@ fmt-check:
 vet:
 	$(GO) vet $(PKGS)
 
-unit: ## race-enabled tests with shuffled order
+unit: ## race-enabled tests with shuffled order; the worker again with batched appends
 	$(GO) test -race -shuffle=on -timeout 9m -count=1 $(PKGS)
+	LOOPGATE_TEST_BATCH=1 $(GO) test -race -shuffle=on -timeout 5m -count=1 ./worker
 
 compose-check: ## validate compose.yaml as docker compose would (no engine needed)
 	cd deploy/composecheck && $(GO) test -count=1 ./...

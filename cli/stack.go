@@ -99,7 +99,10 @@ func startStack(ctx context.Context, o stackOptions) (_ *stack, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}
-	s.pool, err = worker.New(worker.Deps{JS: s.js, Journal: s.journal, App: o.cfg, Registry: reg}, &worker.Config{Workers: o.workers, Logger: o.log, Crash: o.crash})
+	s.pool, err = worker.New(worker.Deps{JS: s.js, Journal: s.journal, App: o.cfg, Registry: reg}, &worker.Config{Workers: o.workers, Logger: o.log, Crash: o.crash,
+		// Batching a step's events pays on replicated streams only (one
+		// Raft proposal); on one server it costs more (docs/durability.md).
+		BatchEvents: o.replicas > 1})
 	if err != nil {
 		return nil, err
 	}

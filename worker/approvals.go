@@ -144,6 +144,13 @@ func (p *Pool) decide(ctx context.Context, msg jetstream.Msg) (outcome, string) 
 		Known:      known,
 		MayApprove: p.app.MayApprove(roles, entry.Tool),
 		AllowSelf:  p.app.Policy.AllowSelfApproval,
+		// Signatures: verified against the key the config gives the
+		// approver id, never one the message brings; freshness is judged
+		// against the server's receipt time, which no publisher sets.
+		RequireSignature: p.app.Policy.RequireSignatures,
+		PublicKey:        p.app.Policy.Approvers[m.Approver.ID].PublicKey,
+		MaxAge:           p.app.Policy.ApprovalMaxAge.D(),
+		Received:         meta.Timestamp,
 	}, p.now())
 	if class == approvals.RejectExpired && awaiting {
 		if err := r.expire(ctx, c); err != nil && !errors.Is(err, errParked) {

@@ -254,6 +254,10 @@ func (r *run) executeGroup(ctx context.Context, group []*events.CallState, act a
 		}
 		runs = append(runs, a)
 	}
+	// The executing events are durable before any tool runs.
+	if err := r.flush(ctx); err != nil {
+		return err
+	}
 	run := func(a *attempt) {
 		if a.tool.Manifest().Permission == tools.Write {
 			a.out, a.err = r.runWrite(ctx, a)

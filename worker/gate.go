@@ -56,10 +56,16 @@ func (r *run) requestHuman(ctx context.Context, c *events.CallState, kind approv
 	}
 	// The entry exists before anyone can read the question: an approver
 	// who reacts to the event finds it pending.
+	if err := r.flush(ctx); err != nil {
+		return err
+	}
 	if err := r.p.approvals.Request(ctx, r.entry(c.Call.ID, q)); err != nil {
 		return err
 	}
 	if err := r.append(ctx, events.TypeApprovalRequested, r.st.CurrentStep, c.Call.ID, c.Call.Tool, q); err != nil {
+		return err
+	}
+	if err := r.flush(ctx); err != nil {
 		return err
 	}
 	return r.park(ctx, c)
@@ -93,6 +99,9 @@ var errParked = errors.New("run parked")
 // parked (its worker died mid-way) is parked now; a premature wake-up
 // schedules the expiry again and lets go.
 func (r *run) wait(ctx context.Context, c *events.CallState) error {
+	if err := r.flush(ctx); err != nil {
+		return err
+	}
 	q := c.Request
 	if !r.p.now().Before(q.ExpiresAt) {
 		return r.expire(ctx, c)
@@ -121,6 +130,9 @@ func (r *run) park(ctx context.Context, c *events.CallState) error {
 	if err := r.append(ctx, events.TypeParked, r.st.CurrentStep, "", "", events.ParkedData{Awaiting: []string{c.Call.ID}, Until: q.ExpiresAt}); err != nil {
 		return err
 	}
+	if err := r.flush(ctx); err != nil {
+		return err
+	}
 	r.p.putRun(ctx, r.st, r.task, "parked")
 	r.log.InfoContext(ctx, "run parked", "call_id", c.Call.ID, "tool", c.Call.Tool, "kind", q.Kind, "until", q.ExpiresAt)
 	return errParked
@@ -130,6 +142,9 @@ func (r *run) park(ctx context.Context, c *events.CallState) error {
 // on the entry makes expiry and a late approval exclusive: whoever wins
 // records the decision.
 func (r *run) expire(ctx context.Context, c *events.CallState) error {
+	if err := r.flush(ctx); err != nil {
+		return err
+	}
 	e, rev, err := r.p.approvals.Get(ctx, r.st.RunID, c.Call.ID)
 	if err != nil {
 		return err

@@ -89,7 +89,10 @@ func setup(t testing.TB, o options) *bundle {
 	log := slog.New(slog.NewTextHandler(b.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	b.newPool = func() *worker.Pool {
 		pool, err := worker.New(worker.Deps{JS: env.JS, Journal: env.Journal, App: cfg, Registry: reg, Models: models},
-			&worker.Config{Workers: cmp.Or(o.workers, 2), Logger: log, TransientBackoff: 10 * time.Millisecond, Crash: o.crash, RetryDelay: o.retry})
+			&worker.Config{Workers: cmp.Or(o.workers, 2), Logger: log, TransientBackoff: 10 * time.Millisecond, Crash: o.crash, RetryDelay: o.retry,
+				// LOOPGATE_TEST_BATCH=1 runs every scenario with a step's
+				// events appended in atomic batches, as on a cluster.
+				BatchEvents: os.Getenv("LOOPGATE_TEST_BATCH") == "1"})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -44,6 +44,12 @@ type Config struct {
 	// RetryDelay is the redelivery delay after an infrastructure error.
 	// Defaults to 2s.
 	RetryDelay time.Duration
+	// BatchEvents appends the events of a step in one atomic batch (one
+	// round trip, one Raft proposal) wherever the write-ahead rule allows.
+	// It pays on replicated streams; on a single server each batch costs
+	// more than its events appended one by one (docs/durability.md).
+	// Defaults to false.
+	BatchEvents bool
 	// Crash is the fault-injection hook: called at each named point of a
 	// run (before:<event type>, after:<event type>, after:side_effect,
 	// after:idempotency_record, after:approved). Tests and the soak make
@@ -424,7 +430,7 @@ const maxReloads = 3
 // events and continues from what they now say. Only the writer whose
 // executing append won ever runs the tool.
 func (p *Pool) drive(ctx context.Context, r *run) (outcome, string) {
-	err := r.drive(ctx)
+	err := p.driveOnce(ctx, r)
 	for i := 0; i < maxReloads && errors.Is(err, journal.ErrConflict); i++ {
 		evs, last, lerr := p.journal.Load(ctx, r.task.Tenant, r.st.RunID)
 		if lerr != nil {
@@ -440,9 +446,22 @@ func (p *Pool) drive(ctx context.Context, r *run) (outcome, string) {
 		}
 		r.log.DebugContext(ctx, "lost an append race; reloaded the run", "last_seq", st.LastSeq)
 		r = nr
-		err = r.drive(ctx)
+		err = p.driveOnce(ctx, r)
 	}
 	return p.failed(ctx, r, err)
+}
+
+// driveOnce drives r, batching its events if the pool does, and makes
+// sure nothing staged is left behind when the worker lets go of the run.
+func (p *Pool) driveOnce(ctx context.Context, r *run) error {
+	r.batch = p.opts.BatchEvents
+	err := r.drive(ctx)
+	if err == nil || errors.Is(err, errParked) {
+		if ferr := r.flush(ctx); ferr != nil {
+			return ferr
+		}
+	}
+	return err
 }
 
 // reject records a task that cannot become a run, then terminates its

@@ -31,6 +31,8 @@ type run struct {
 	specs    []tools.Spec
 	offered  []string // tool names the model is shown, sorted
 	deadline time.Time
+	batch    bool           // stage events and append each step's in one atomic batch
+	staged   []events.Event // appended to state, not yet durable
 }
 
 // newRun prepares st (folded from the run's events, possibly none) to be
@@ -74,8 +76,11 @@ func (p *Pool) newRun(st *events.RunState, last uint64, task events.Task, limits
 }
 
 // append records one event and folds it into the run's state. It is the only
-// way a run changes; the event is durable before append returns, so every
-// action taken afterwards is preceded by its record.
+// way a run changes. Without batching the event is durable before append
+// returns; with batching (r.batch) it is staged and becomes durable, with
+// the other events of its step, at the next flush — which every action
+// outside the run (model, tools, KV, wake-ups, the ack) is preceded by, so
+// the write-ahead rule holds either way.
 func (r *run) append(ctx context.Context, typ events.Type, step int, callID, tool string, data any) error {
 	raw, err := json.Marshal(data)
 	if err != nil {
@@ -93,6 +98,10 @@ func (r *run) append(ctx context.Context, typ events.Type, step int, callID, too
 		Tool:    tool,
 		Data:    raw,
 	}
+	if r.batch {
+		r.staged = append(r.staged, e)
+		return r.st.Apply(&e)
+	}
 	r.p.crash("before:" + string(typ))
 	last, err := r.p.journal.Append(ctx, r.last, e)
 	if err != nil {
@@ -101,6 +110,28 @@ func (r *run) append(ctx context.Context, typ events.Type, step int, callID, too
 	r.p.crash("after:" + string(typ))
 	r.last = last
 	return r.st.Apply(&e)
+}
+
+// flush makes the staged events durable in one atomic batch: all of them
+// or none. It is a no-op without batching.
+func (r *run) flush(ctx context.Context) error {
+	if len(r.staged) == 0 {
+		return nil
+	}
+	for _, e := range r.staged {
+		r.p.crash("before:" + string(e.Type))
+	}
+	last, err := r.p.journal.AppendBatch(ctx, r.last, r.staged...)
+	if err != nil {
+		first, n := r.staged[0], len(r.staged)
+		r.staged = nil
+		return fmt.Errorf("append events %d..%d of run %s: %w", first.Seq, first.Seq+uint64(n)-1, first.RunID, err)
+	}
+	for _, e := range r.staged {
+		r.p.crash("after:" + string(e.Type))
+	}
+	r.last, r.staged = last, nil
+	return nil
 }
 
 // start records the run's first event.
@@ -160,6 +191,9 @@ func (r *run) stepObserved() bool {
 
 // propose asks the model for the next decision and records it.
 func (r *run) propose(ctx context.Context) error {
+	if err := r.flush(ctx); err != nil {
+		return err
+	}
 	step := r.st.Steps + 1
 	mctx, cancel := context.WithDeadline(ctx, r.deadline)
 	defer cancel()
@@ -237,6 +271,9 @@ func (r *run) finish(ctx context.Context, s stop, final *events.FinalAnswer) err
 		Final:  final,
 		Totals: r.st.Totals(),
 	})
+	if err == nil {
+		err = r.flush(ctx)
+	}
 	if err != nil {
 		return err
 	}

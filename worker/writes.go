@@ -87,6 +87,9 @@ func (r *run) runWrite(ctx context.Context, a *attempt) (events.ExecutedData, er
 // reconcile asks the tool's reconcile tool whether the call's last attempt
 // took effect, and records the answer.
 func (r *run) reconcile(ctx context.Context, c *events.CallState) error {
+	if err := r.flush(ctx); err != nil {
+		return err
+	}
 	m := r.manifest(c.Call.Tool)
 	opID := events.OperationID(r.st.RunID, c.Call.ID)
 	d := events.ReconciledData{OperationID: opID, Attempt: c.Attempts(), Via: m.Reconcile}
