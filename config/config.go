@@ -5,6 +5,7 @@
 package config
 
 import (
+	"encoding/json"
 	"io/fs"
 
 	"github.com/loopgate/loopgate/events"
@@ -105,12 +106,25 @@ type Policy struct {
 	// AllowSelfApproval lets an approver approve a call of a run they are
 	// the principal of. Defaults to false.
 	AllowSelfApproval bool `json:"allow_self_approval,omitempty"`
+	// RequireSignatures rejects approval messages that are not signed with
+	// their approver's key (Approver.PublicKey); every approver then needs
+	// a key. A signature that is present is verified either way. Defaults
+	// to false.
+	RequireSignatures bool `json:"require_signatures,omitempty"`
+	// ApprovalMaxAge is how long before it reached the approvals stream an
+	// approval may have been signed; older (a replay) or more than 30s in
+	// the future, it is rejected. Defaults to 5m.
+	ApprovalMaxAge events.Duration `json:"approval_max_age,omitempty"`
 }
 
 // Approver is someone who may decide on gated calls.
 type Approver struct {
 	// Roles of the approver; Role.Approve lists what each may approve.
 	Roles []string `json:"roles"`
+	// PublicKey is the approver's user nkey ("U…", from loopgate keys
+	// new): their signed approvals are verified against it. Optional
+	// unless Policy.RequireSignatures.
+	PublicKey string `json:"public_key,omitempty"`
 }
 
 // Role lists what principals holding it may do.
@@ -119,4 +133,8 @@ type Role struct {
 	Call []string `json:"call,omitempty"`
 	// Approve lists the tools whose calls the role may approve.
 	Approve []string `json:"approve,omitempty"`
+	// Args constrains, per tool and argument, the values this role may
+	// pass: a call is allowed through this role only if each constrained
+	// argument it sets holds one of the listed values.
+	Args map[string]map[string][]json.RawMessage `json:"args,omitempty"`
 }

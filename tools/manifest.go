@@ -59,6 +59,19 @@ type Manifest struct {
 	// reports {"applied": bool, "result": ...}: whether an operation whose
 	// outcome is unknown took effect.
 	Reconcile string `json:"reconcile,omitempty"`
+	// Tenants the tool serves. Defaults to every tenant.
+	Tenants []string `json:"tenants,omitempty"`
+	// Resources name the arguments that identify resources, and the
+	// builtin that resolves each to its owning tenant, so a principal of
+	// one tenant cannot touch another's.
+	Resources []ResourceArg `json:"resources,omitempty"`
+}
+
+// ResourceArg says that argument Arg names a resource and that builtin
+// Resolver, given {"id": <value>}, answers {"found": bool, "tenant": ...}.
+type ResourceArg struct {
+	Arg      string `json:"arg"`
+	Resolver string `json:"resolver"`
 }
 
 // Approval values.

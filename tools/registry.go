@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"regexp"
 	"slices"
 	"strings"
@@ -67,8 +68,9 @@ var validName = regexp.MustCompile(`^[a-z][a-z0-9_]{0,63}$`)
 // Registry is the closed set of tools a worker knows, built once at startup
 // by NewRegistry. It is immutable and safe for concurrent use.
 type Registry struct {
-	tools map[string]*Tool
-	names []string
+	tools    map[string]*Tool
+	names    []string
+	builtins Builtins
 }
 
 // Tool is one registered tool: its manifest with defaults applied, its
@@ -120,7 +122,7 @@ type Spec struct {
 //
 // manifests and builtins are not retained.
 func NewRegistry(manifests []Manifest, builtins Builtins) (*Registry, error) {
-	r := &Registry{tools: make(map[string]*Tool, len(manifests))}
+	r := &Registry{tools: make(map[string]*Tool, len(manifests)), builtins: maps.Clone(builtins)}
 	for i, m := range manifests {
 		if _, dup := r.tools[m.Name]; dup {
 			return nil, &ManifestError{Tool: m.Name, Index: i, Field: "name", Reason: "name is already used by an earlier manifest"}
@@ -166,6 +168,11 @@ func newTool(i int, m Manifest, builtins Builtins) (*Tool, error) {
 	fn := builtins[m.Builtin]
 	if fn == nil {
 		return nil, bad("builtin", "builtin %q is not registered", m.Builtin)
+	}
+	for j, res := range m.Resources {
+		if res.Arg == "" || builtins[res.Resolver] == nil {
+			return nil, bad(fmt.Sprintf("resources/%d", j), "resource argument %q needs a registered resolver builtin, not %q", res.Arg, res.Resolver)
+		}
 	}
 	params, fields, err := effectiveSchema(m.ArgsSchema)
 	if err != nil {
@@ -246,6 +253,12 @@ func compileSchema(params json.RawMessage) (*jsonschema.Schema, error) {
 		return nil, fmt.Errorf("$ref %q does not resolve within the schema", refs[0])
 	}
 	return s, nil
+}
+
+// Resolver returns the builtin registered under name, for resource checks.
+func (r *Registry) Resolver(name string) (Func, bool) {
+	fn, ok := r.builtins[name]
+	return fn, ok
 }
 
 // Lookup returns the named tool.

@@ -13,6 +13,7 @@ import (
 	"github.com/loopgate/loopgate/approvals"
 	"github.com/loopgate/loopgate/events"
 	"github.com/loopgate/loopgate/guard"
+	"github.com/loopgate/loopgate/policy"
 	"github.com/loopgate/loopgate/tools"
 )
 
@@ -48,16 +49,28 @@ func (r *run) runCalls(ctx context.Context) error {
 		if s := afterValidation(r.st, r.limits, c.Call.Tool, v); !s.ok() {
 			return r.finish(ctx, s, nil)
 		}
-		if v.Status == events.ValidOK && !r.p.app.MayCall(r.task.Principal.Roles, c.Call.Tool) {
+	}
+	// Authorization leaves no event when it allows, so it runs again for
+	// every call not yet begun whenever a worker takes the run up (after a
+	// crash, an approval, a wake-up): policy is checked at the last moment.
+	for _, c := range r.st.CurrentCalls {
+		v := c.Validated
+		if v.Status != events.ValidOK || c.Denied != nil || c.Attempts() > 0 || len(c.Executed) > 0 || c.Observed {
+			continue
+		}
+		denial, err := policy.Authorize(ctx, r.p.app, policy.Request{
+			Principal: r.task.Principal, Tenant: r.task.Tenant, Tool: r.manifest(c.Call.Tool), Args: v.Args,
+		}, r.resolve)
+		if err != nil {
+			return err
+		}
+		if denial != nil {
 			// Permission denied stops the run: no negotiation, no other route.
-			err := r.append(ctx, events.TypeDenied, step, c.Call.ID, c.Call.Tool, events.DeniedData{
-				Check:  "tool_allowed",
-				Reason: fmt.Sprintf("principal %s with roles %v may not call %s", r.task.Principal.ID, r.task.Principal.Roles, c.Call.Tool),
-			})
+			err := r.append(ctx, events.TypeDenied, step, c.Call.ID, c.Call.Tool, events.DeniedData{Check: string(denial.Check), Reason: denial.Reason})
 			if err != nil {
 				return err
 			}
-			return r.finish(ctx, stop{events.ReasonPermissionDenied, fmt.Sprintf("%s may not call %s", r.task.Principal.ID, c.Call.Tool)}, nil)
+			return r.finish(ctx, stop{events.ReasonPermissionDenied, fmt.Sprintf("%s: %s", denial.Check, denial.Reason)}, nil)
 		}
 	}
 	for r.st.Finished == nil {
@@ -132,6 +145,30 @@ func (r *run) validate(call events.ToolCall) *events.ValidatedData {
 		ArgsHash:   hash,
 		Permission: string(t.Manifest().Permission),
 	}
+}
+
+// resolve asks a tool's resolver builtin who owns a resource.
+func (r *run) resolve(ctx context.Context, resolver, id string) (policy.Owner, error) {
+	fn, ok := r.p.registry.Resolver(resolver)
+	if !ok {
+		return policy.Owner{}, fmt.Errorf("resolver %q is not registered", resolver)
+	}
+	args, _ := json.Marshal(map[string]string{"id": id})
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	v, err := safeCall(cctx, fn, tools.Call{Tool: resolver, RunID: r.st.RunID, Tenant: r.task.Tenant, Principal: r.task.Principal.ID, Args: args})
+	if err != nil {
+		return policy.Owner{}, err
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return policy.Owner{}, err
+	}
+	var o policy.Owner
+	if err := json.Unmarshal(b, &o); err != nil {
+		return policy.Owner{}, fmt.Errorf("resolver %q answered %s, not {found, tenant}", resolver, b)
+	}
+	return o, nil
 }
 
 // nextCall returns the first call, in call order, that needs something

@@ -456,3 +456,6 @@ func gatedStep(tool string) []string {
 	return []string{"proposed", "validated:ok(" + tool + ")", "approval_requested(" + tool + ")", "parked", "approved:approve(" + tool + ")",
 		"executing(" + tool + ")", "executed:ok(" + tool + ")", "observed(" + tool + ")"}
 }
+
+// jsonRaw is a JSON value in a policy literal.
+type jsonRaw = json.RawMessage

@@ -72,11 +72,12 @@ func Register(b tools.Builtins, opts Options) error {
 	}
 	ts := &toolset{opts: opts, data: d}
 	fns := map[string]tools.Func{
-		ToolLookupComplaints: ts.lookupComplaints,
-		ToolGetProcedure:     ts.getProcedure,
-		ToolDraftEscalation:  ts.draftEscalation,
-		ToolSlowLookup:       ts.slowLookup,
-		ToolDraftStatus:      ts.draftStatus,
+		ToolLookupComplaints:   ts.lookupComplaints,
+		ToolGetProcedure:       ts.getProcedure,
+		ToolDraftEscalation:    ts.draftEscalation,
+		ToolSlowLookup:         ts.slowLookup,
+		ToolDraftStatus:        ts.draftStatus,
+		ResolverComplaintOwner: ts.complaintOwner,
 	}
 	for name := range fns {
 		if _, taken := b[name]; taken {

@@ -10,7 +10,7 @@ import (
 	"github.com/loopgate/loopgate/tools"
 )
 
-func TestRegisterAddsTheFourTools(t *testing.T) {
+func TestRegisterAddsTheToolsAndTheResolver(t *testing.T) {
 	t.Parallel()
 	bu := setup(t, Options{})
 	var got []string
@@ -18,7 +18,7 @@ func TestRegisterAddsTheFourTools(t *testing.T) {
 		got = append(got, name)
 	}
 	slices.Sort(got)
-	want := []string{ToolDraftEscalation, ToolDraftStatus, ToolGetProcedure, ToolLookupComplaints, ToolSlowLookup}
+	want := []string{ResolverComplaintOwner, ToolDraftEscalation, ToolDraftStatus, ToolGetProcedure, ToolLookupComplaints, ToolSlowLookup}
 	if !slices.Equal(got, want) {
 		t.Errorf("registered %v, want %v", got, want)
 	}

@@ -19,6 +19,10 @@ var dataFiles embed.FS
 // are in the row because real tables have them, and the manifests' views
 // keep them out of every observation.
 type Complaint struct {
+	// Tenant owns the complaint. Defaults to cityops; the table also holds
+	// a few of a neighbouring city's, so tenancy checks have something to
+	// refuse.
+	Tenant        string `json:"tenant,omitempty"`
 	RequestID     string `json:"request_id"`
 	Category      string `json:"category"`
 	Status        string `json:"status"`
@@ -29,6 +33,9 @@ type Complaint struct {
 	ResidentPhone string `json:"resident_phone"`
 	ResidentEmail string `json:"resident_email"`
 }
+
+// DefaultTenant owns every complaint that names no tenant.
+const DefaultTenant = "cityops"
 
 // Complaint statuses.
 const (
@@ -86,6 +93,11 @@ func loadData() (*data, error) {
 		complaints: c.Complaints,
 		byID:       make(map[string]Complaint, len(c.Complaints)),
 		procedures: p.Procedures,
+	}
+	for i := range c.Complaints {
+		if c.Complaints[i].Tenant == "" {
+			c.Complaints[i].Tenant = DefaultTenant
+		}
 	}
 	for _, row := range c.Complaints {
 		switch {

@@ -59,10 +59,11 @@ func parseLookupArgs(call tools.Call) (lookupArgs, error) {
 // lookup returns the complaints of a's category and status open for more
 // than a.OlderThanDays days, oldest first (ties by request id), at most
 // a.Limit of them. It never returns nil, so an empty answer is [] not null.
-func (d *data) lookup(a lookupArgs) []Complaint {
+func (d *data) lookup(tenant string, a lookupArgs) []Complaint {
 	rows := []Complaint{}
 	for _, c := range d.complaints {
-		if c.Category == a.Category && c.Status == a.Status && c.DaysOpen > a.OlderThanDays {
+		// A tenant sees only its own complaints, whatever the model asks.
+		if c.Tenant == cmp.Or(tenant, DefaultTenant) && c.Category == a.Category && c.Status == a.Status && c.DaysOpen > a.OlderThanDays {
 			rows = append(rows, c)
 		}
 	}
@@ -82,7 +83,7 @@ func (ts *toolset) lookupComplaints(_ context.Context, call tools.Call) (any, er
 	if err != nil {
 		return nil, err
 	}
-	return ts.data.lookup(a), nil
+	return ts.data.lookup(call.Tenant, a), nil
 }
 
 // slowLookup is the slow_lookup tool: lookup_complaints behind a vendor
@@ -101,5 +102,5 @@ func (ts *toolset) slowLookup(ctx context.Context, call tools.Call) (any, error)
 		return nil, ctx.Err()
 	case <-t.C:
 	}
-	return ts.data.lookup(a), nil
+	return ts.data.lookup(call.Tenant, a), nil
 }

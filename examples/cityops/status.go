@@ -65,3 +65,22 @@ func (ts *toolset) draftStatus(ctx context.Context, call tools.Call) (any, error
 	}
 	return statusAnswer{Applied: true, Result: &draftResult{DraftPath: name, RequestID: requestID, Status: "pending_approval"}}, nil
 }
+
+// ResolverComplaintOwner resolves a request id to the tenant that owns it,
+// for loopgate's resource check: {"id": "SR-10421"} → {"found": true,
+// "tenant": "cityops"}.
+const ResolverComplaintOwner = "complaint_owner"
+
+func (ts *toolset) complaintOwner(ctx context.Context, call tools.Call) (any, error) {
+	var a struct {
+		ID string `json:"id"`
+	}
+	if err := decodeStrict(call.Args, &a); err != nil {
+		return nil, fmt.Errorf("%s: %w: %w", call.Tool, errInvalidArgs, err)
+	}
+	c, ok := ts.data.byID[a.ID]
+	if !ok {
+		return map[string]any{"found": false}, nil
+	}
+	return map[string]any{"found": true, "tenant": c.Tenant}, nil
+}
