@@ -26,6 +26,8 @@ type Config struct {
 	Agents map[string]Profile `json:"agents"`
 	// Policy says which roles may call and approve which tools.
 	Policy Policy `json:"policy,omitzero"`
+	// Redaction names what never reaches the audit stream in full.
+	Redaction Redaction `json:"redaction,omitzero"`
 
 	// Dir is the directory relative paths in the file are resolved against
 	// (set by the loader, not read from the file). LoadFile sets it to an
@@ -36,6 +38,17 @@ type Config struct {
 	// rooted at the config file's directory; ReadFile reads from it. Set by
 	// the loader, not read from the file.
 	FS fs.FS `json:"-"`
+}
+
+// Redaction names sensitive keys and string patterns. Values under the
+// keys, and matches of the patterns in any string, are replaced in every
+// event before it is stored, and in observations per profile.
+type Redaction struct {
+	// Keys whose values are replaced whole, compared case-insensitively.
+	// Defaults to redact.DefaultKeys (api_key, token, password, ssn, …).
+	Keys []string `json:"keys,omitempty"`
+	// Patterns: email, phone, card, ssn, bearer. Defaults to all of them.
+	Patterns []string `json:"patterns,omitempty"`
 }
 
 // Server settings.
@@ -83,6 +96,9 @@ type Profile struct {
 	Roles []string `json:"roles"`
 	// Limits of each run; a task may only tighten them.
 	Limits events.Limits `json:"limits,omitzero"`
+	// RedactObservations redacts the observations this agent's model
+	// reads, not only the stored events. Defaults to true.
+	RedactObservations *bool `json:"redact_observations,omitempty"`
 	// ApprovalTTL is how long an approval of this agent's calls may stay
 	// pending before it expires (a tool's own TTL wins). Defaults to 24h.
 	ApprovalTTL events.Duration `json:"approval_ttl,omitempty"`

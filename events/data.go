@@ -120,6 +120,9 @@ type ValidatedData struct {
 	Errors         []FieldError    `json:"errors,omitempty"`
 	AvailableTools []string        `json:"available_tools,omitempty"`
 	Permission     string          `json:"permission,omitempty"`
+	// Redacted: the arguments held sensitive values, replaced in the
+	// stored event (args_hash is still the hash of the real arguments).
+	Redacted bool `json:"redacted,omitempty"`
 }
 
 // DeniedData: policy refused a call.
@@ -148,6 +151,9 @@ const (
 	// because the worker running it died. The outcome is unknown; a write is
 	// never re-run blindly.
 	ExecUnknown = "unknown"
+	// ExecArgsLost: the call's arguments held sensitive values that are
+	// never stored, and the worker that knew them is gone; it cannot run.
+	ExecArgsLost = "args_lost"
 )
 
 // ExecutedData: how one attempt ended.

@@ -109,6 +109,11 @@ func (r *run) runCalls(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		if r.profile.RedactObservations == nil || *r.profile.RedactObservations {
+			if red, changed := r.p.redactor.JSON(obs.Observation); changed {
+				obs.Observation, obs.Bytes = red, len(red)
+			}
+		}
 		// Tool output is data; output that tries to steer the model is
 		// flagged, and taints the run.
 		if x := c.LastExecuted(); x != nil && x.Status == events.ExecOK && len(x.Result) > 0 {
@@ -139,11 +144,17 @@ func (r *run) validate(call events.ToolCall) *events.ValidatedData {
 	if len(errs) > 0 {
 		return &events.ValidatedData{Status: events.InvalidArguments, Errors: errs}
 	}
+	_, redacted := r.p.redactor.JSON(canonical)
+	if r.fresh == nil {
+		r.fresh = map[string]bool{}
+	}
+	r.fresh[call.ID] = true
 	return &events.ValidatedData{
 		Status:     events.ValidOK,
 		Args:       canonical,
 		ArgsHash:   hash,
 		Permission: string(t.Manifest().Permission),
+		Redacted:   redacted,
 	}
 }
 
@@ -245,6 +256,16 @@ func (r *run) executeGroup(ctx context.Context, group []*events.CallState, act a
 		}
 		m := t.Manifest()
 		opID := events.OperationID(r.st.RunID, c.Call.ID)
+		if c.Validated.Redacted && !r.fresh[c.Call.ID] && !(r.task.DryRun && m.Permission == tools.Write) {
+			err := r.append(ctx, events.TypeExecuted, step, c.Call.ID, c.Call.Tool, events.ExecutedData{
+				Status: events.ExecArgsLost, OperationID: opID, ErrorClass: "args_lost",
+				Message: "the arguments held sensitive values, which loopgate never stores; the worker that knew them is gone",
+			})
+			if err != nil {
+				return err
+			}
+			continue
+		}
 		a := &attempt{c: c, tool: t, rerun: act == actRetry}
 		switch {
 		case act == actResume && r.p.now().Before(c.Executing[len(c.Executing)-1].Deadline.Add(leaseGrace)):
@@ -400,7 +421,7 @@ func (r *run) invoke(ctx context.Context, a *attempt) (events.ExecutedData, erro
 	// trail and the model get the category.
 	out.Status, out.ErrorClass = events.ExecToolFailed, "unexpected"
 	r.log.ErrorContext(ctx, "tool failed unexpectedly; quarantined for the rest of the run",
-		"tool", a.c.Call.Tool, "call_id", a.c.Call.ID, "operation_id", a.ex.OperationID, "err", err)
+		"tool", a.c.Call.Tool, "call_id", a.c.Call.ID, "operation_id", a.ex.OperationID, "err", r.p.redactString(err.Error()))
 	return out, nil
 }
 

@@ -81,7 +81,7 @@ func (r *run) entry(callID string, q events.ApprovalRequestedData) approvals.Ent
 		CallID:      callID,
 		Step:        r.st.CurrentStep,
 		Tool:        q.Tool,
-		Args:        q.Args,
+		Args:        r.redactedArgs(q.Args),
 		ArgsHash:    q.ArgsHash,
 		OperationID: q.OperationID,
 		Principal:   q.Principal,
@@ -185,4 +185,10 @@ func (p *Pool) wake(ctx context.Context, tenant, runID, id string) error {
 		return fmt.Errorf("wake run %s: %w", runID, err)
 	}
 	return nil
+}
+
+// redactedArgs are the arguments as approvers may see them.
+func (r *run) redactedArgs(args []byte) []byte {
+	out, _ := r.p.redactor.JSON(args)
+	return out
 }

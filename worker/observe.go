@@ -74,6 +74,9 @@ func observeExecution(call events.ToolCall, x *events.ExecutedData, view tools.V
 	case events.ExecUnknown:
 		o.Status, o.Error = obsError, events.ExecUnknown
 		o.Message = fmt.Sprintf("the outcome of %s is unknown; it was not retried", call.Tool)
+	case events.ExecArgsLost:
+		o.Status, o.Error = obsError, events.ExecArgsLost
+		o.Message = fmt.Sprintf("%s was not run: its arguments held sensitive values that were not kept; propose the call again if it is still needed", call.Tool)
 	case events.ExecConflict:
 		o.Status, o.Error = obsError, events.ExecConflict
 		o.Message = fmt.Sprintf("%s was not executed: its operation id is already bound to other arguments", call.Tool)
@@ -144,3 +147,9 @@ func bounded(o observation, limit int) (events.ObservedData, error) {
 }
 
 func jsonMarshal(v any) (json.RawMessage, error) { return json.Marshal(v) }
+
+// redactString keeps sensitive values out of the operator's log too.
+func (p *Pool) redactString(s string) string {
+	out, _ := p.redactor.String(s)
+	return out
+}

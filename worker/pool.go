@@ -18,6 +18,7 @@ import (
 	"github.com/loopgate/loopgate/idempotency"
 	"github.com/loopgate/loopgate/journal"
 	"github.com/loopgate/loopgate/model"
+	"github.com/loopgate/loopgate/redact"
 	"github.com/loopgate/loopgate/schemas"
 	"github.com/loopgate/loopgate/tools"
 )
@@ -111,6 +112,7 @@ type Pool struct {
 	taskSchema  *jsonschema.Schema
 	approvalSch *jsonschema.Schema
 	decisions   *decisionParser
+	redactor    *redact.Redactor
 
 	approvals  *approvals.Store
 	idem       *idempotency.Store
@@ -162,7 +164,15 @@ func New(d Deps, cfg *Config) (*Pool, error) {
 			models[name] = m
 		}
 	}
+	var patterns []redact.Pattern
+	if d.App.Redaction.Patterns != nil {
+		patterns = []redact.Pattern{}
+		for _, p := range d.App.Redaction.Patterns {
+			patterns = append(patterns, redact.Pattern(p))
+		}
+	}
 	return &Pool{
+		redactor:    redact.New(d.App.Redaction.Keys, patterns),
 		js:          d.JS,
 		journal:     d.Journal,
 		app:         d.App,
@@ -477,6 +487,7 @@ func (p *Pool) reject(ctx context.Context, tenant string, streamSeq uint64, rej 
 	if err != nil {
 		return retry, ""
 	}
+	data, _ = p.redactor.JSON(data)
 	e := events.Event{
 		EventID: p.ids.NewEventID(), RunID: runID, Tenant: tenant, Seq: 1,
 		Type: events.TypeRejected, Time: p.now().UTC(), Data: data,

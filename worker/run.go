@@ -33,6 +33,10 @@ type run struct {
 	deadline time.Time
 	batch    bool           // stage events and append each step's in one atomic batch
 	staged   []events.Event // appended to state, not yet durable
+	// fresh holds the calls this worker validated itself: only their
+	// arguments are known in full. A call whose stored arguments were
+	// redacted and that another worker validated cannot run faithfully.
+	fresh map[string]bool
 }
 
 // newRun prepares st (folded from the run's events, possibly none) to be
@@ -98,12 +102,16 @@ func (r *run) append(ctx context.Context, typ events.Type, step int, callID, too
 		Tool:    tool,
 		Data:    raw,
 	}
+	// The stream gets the redacted event; this worker's state keeps what
+	// it saw, so a call it validated runs with its real arguments.
+	stored := e
+	stored.Data, _ = r.p.redactor.JSON(e.Data)
 	if r.batch {
-		r.staged = append(r.staged, e)
+		r.staged = append(r.staged, stored)
 		return r.st.Apply(&e)
 	}
 	r.p.crash("before:" + string(typ))
-	last, err := r.p.journal.Append(ctx, r.last, e)
+	last, err := r.p.journal.Append(ctx, r.last, stored)
 	if err != nil {
 		return fmt.Errorf("append %s event %d of run %s: %w", typ, e.Seq, e.RunID, err)
 	}
