@@ -9,7 +9,9 @@ FUZZ_TARGETS = \
 	./tools:FuzzBound \
 	./tools:FuzzValidate \
 	./worker:FuzzDecodeTask \
-	./worker:FuzzParseDecision
+	./worker:FuzzParseDecision \
+	./worker:FuzzParseApproval \
+	./redact:FuzzJSONStaysValid
 
 .PHONY: help build test lint vet fmt-check unit compose-check fuzz-smoke fuzz bench soak demo clean
 
@@ -52,6 +54,9 @@ fuzz: ## run every fuzz target for FUZZTIME (default 30s)
 
 bench: ## benchmarks (not tests): go test -bench
 	$(GO) test -run='^$$' -bench=. -benchmem -timeout 30m ./...
+
+soak: ## fault tests with real processes: crash points, cluster node and worker kills (slow; not in make test)
+	$(GO) test -tags soak -count=1 -timeout 30m -v ./soak
 
 demo: ## run the CityOps happy path
 	$(GO) run ./cmd/loopgate demo

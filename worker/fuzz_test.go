@@ -2,6 +2,7 @@ package worker
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/loopgate/loopgate/config"
@@ -97,6 +98,42 @@ func FuzzParseDecision(f *testing.F) {
 			if err := json.Unmarshal(c.Args, &obj); err != nil || obj == nil {
 				t.Fatalf("call %d args are not an object: %s", i, c.Args)
 			}
+		}
+	})
+}
+
+// FuzzParseApproval: any bytes on an approvals subject either parse into a
+// message that satisfies the schema's promises, or give field errors.
+func FuzzParseApproval(f *testing.F) {
+	f.Add([]byte(`{"run_id":"r1","call_id":"s3c1","args_hash":"sha256:` + strings.Repeat("a", 64) + `","decision":"approve","approver":{"id":"supervisor@cityops"}}`))
+	f.Add([]byte(`{"run_id":"r1","call_id":"s3c1","args_hash":"x","decision":"approve","approver":{"id":"a","roles":["admin"]}}`))
+	f.Add([]byte(`{"decision":"yes"}`))
+	f.Add([]byte(`[]`))
+	f.Add([]byte(`not json`))
+	s, err := schemas.Compile("approval.schema.json")
+	if err != nil {
+		f.Fatal(err)
+	}
+	p := &Pool{approvalSch: s}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		m, errs := p.parseApproval(data)
+		if errs != nil {
+			for _, e := range errs {
+				if e.Message == "" {
+					t.Fatalf("field error without a message: %+v", e)
+				}
+			}
+			return
+		}
+		switch {
+		case m == nil:
+			t.Fatal("no message and no errors")
+		case !events.ValidToken(m.RunID) || !events.ValidToken(m.CallID):
+			t.Fatalf("accepted ids %q %q", m.RunID, m.CallID)
+		case m.Approver.ID == "":
+			t.Fatal("accepted an approval without an approver")
+		case !strings.HasPrefix(m.ArgsHash, "sha256:") || len(m.ArgsHash) != 71:
+			t.Fatalf("accepted hash %q", m.ArgsHash)
 		}
 	})
 }
