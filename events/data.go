@@ -102,6 +102,13 @@ type ProposedData struct {
 	RawText   string          `json:"raw_text,omitempty"`
 	Usage     Usage           `json:"usage"`
 	LatencyMS int64           `json:"latency_ms"`
+	// Model names the model that answered (provider/model).
+	Model string `json:"model,omitempty"`
+	// ProviderMessage is the provider's own assistant message, kept so the
+	// conversation can be replayed to it verbatim (tool-call ids and all).
+	ProviderMessage json.RawMessage `json:"provider_message,omitempty"`
+	// CostUSD is what the call cost by the config's pricing table.
+	CostUSD float64 `json:"cost_usd,omitempty"`
 }
 
 // Validation statuses of a call.

@@ -24,6 +24,10 @@ type Turn struct {
 	CallID   string          `json:"call_id,omitempty"`
 	Tool     string          `json:"tool,omitempty"`
 	Content  json.RawMessage `json:"content,omitempty"`
+	// ProviderMessage is an assistant turn as the provider sent it.
+	ProviderMessage json.RawMessage `json:"provider_message,omitempty"`
+	// ProviderCallID is the provider's id of the call an observation answers.
+	ProviderCallID string `json:"provider_call_id,omitempty"`
 }
 
 // CallState is what the events say about one proposed call.
@@ -92,6 +96,7 @@ type RunState struct {
 	Quarantined      map[string]bool
 	ObservationBytes int
 	Usage            Usage
+	CostUSD          float64
 	Active           time.Duration
 
 	// The latest decision and the progress of its calls, in call order.
@@ -203,13 +208,14 @@ func (s *RunState) Apply(e *Event) error {
 			if raw == nil {
 				raw, _ = json.Marshal(d.RawText)
 			}
-			s.History = append(s.History, Turn{Role: RoleAssistant, Step: e.Step, Content: raw})
+			s.History = append(s.History, Turn{Role: RoleAssistant, Step: e.Step, Content: raw, ProviderMessage: d.ProviderMessage})
 			break
 		}
 		for _, c := range d.Decision.ToolCalls {
 			s.CurrentCalls = append(s.CurrentCalls, &CallState{Call: c})
 		}
-		s.History = append(s.History, Turn{Role: RoleAssistant, Step: e.Step, Decision: d.Decision})
+		s.History = append(s.History, Turn{Role: RoleAssistant, Step: e.Step, Decision: d.Decision, ProviderMessage: d.ProviderMessage})
+		s.CostUSD += d.CostUSD
 	case TypeValidated:
 		var d ValidatedData
 		if err := e.Decode(&d); err != nil {
@@ -286,7 +292,11 @@ func (s *RunState) Apply(e *Event) error {
 			}
 			c.Observed = true
 		}
-		s.History = append(s.History, Turn{Role: RoleObservation, Step: e.Step, CallID: e.CallID, Tool: e.Tool, Content: d.Observation})
+		t := Turn{Role: RoleObservation, Step: e.Step, CallID: e.CallID, Tool: e.Tool, Content: d.Observation}
+		if c := s.Call(e.CallID); c != nil {
+			t.ProviderCallID = c.Call.ProviderID
+		}
+		s.History = append(s.History, t)
 	case TypeFinished:
 		var d FinishedData
 		if err := e.Decode(&d); err != nil {

@@ -7,6 +7,7 @@ package model
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -32,6 +33,10 @@ type Response struct {
 	Usage  events.Usage
 	// Name identifies the model that answered, for the audit trail.
 	Name string
+	// Message is the provider's own assistant message, recorded in the
+	// proposed event and handed back in History (Turn.ProviderMessage) so
+	// the conversation is replayed to the provider verbatim.
+	Message json.RawMessage
 }
 
 // Model proposes the next decision of a run. Implementations must be safe

@@ -226,7 +226,7 @@ func (r *run) propose(ctx context.Context) error {
 		return r.finish(ctx, stop{events.ReasonError, "model failed: " + err.Error()}, nil)
 	}
 	decision, invalid := r.p.decisions.parse(resp.Output, step)
-	data := events.ProposedData{Decision: decision, Invalid: invalid, Usage: resp.Usage, LatencyMS: latency}
+	data := events.ProposedData{Decision: decision, Invalid: invalid, Usage: resp.Usage, LatencyMS: latency, Model: resp.Name, ProviderMessage: resp.Message}
 	if decision == nil {
 		// Keep what the model said, bounded, so the trail shows it.
 		if trimmed := boundedRaw(resp.Output); json.Valid(trimmed) {

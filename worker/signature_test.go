@@ -1,0 +1,217 @@
+package worker_test
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nkeys"
+
+	"github.com/loopgate/loopgate/approvals"
+	"github.com/loopgate/loopgate/events"
+)
+
+// Signed approvals: the worker verifies each approval's nkey signature
+// against the approver's public key in the policy, refuses unsigned ones
+// when the policy requires signatures, and refuses signatures made too
+// long before the message arrived (replays).
+
+// exampleKey reads a CityOps example approver's seed (examples/cityops/keys).
+func exampleKey(t *testing.T, id string) nkeys.KeyPair {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "examples", "cityops", "keys", id+".nk"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kp, err := approvals.ParseSeed(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kp
+}
+
+// requireSignatures restarts the bundle's workers with
+// policy.require_signatures set (the CityOps example leaves it off).
+func requireSignatures(b *bundle) {
+	b.stopPool()
+	b.cfg.Policy.RequireSignatures = true
+	b.startPool()
+}
+
+// signedApproval is an approval by approver of the pending question q of
+// call callID, signed with kp as of at; kp nil leaves it unsigned.
+func signedApproval(t *testing.T, runID, callID string, q events.ApprovalRequestedData, approver string, kp nkeys.KeyPair, at time.Time) approvals.Message {
+	t.Helper()
+	m := approvals.Message{RunID: runID, CallID: callID, ArgsHash: q.ArgsHash, Decision: approvals.Approve,
+		Approver: approvals.Approver{ID: approver}, Reason: "ok, escalate"}
+	if kp != nil {
+		if err := approvals.Sign(&m, kp, at); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return m
+}
+
+// publishMessage publishes an approval message on its call's subject and
+// returns its LOOPGATE_APPROVALS sequence.
+func (b *bundle) publishMessage(m any, runID, callID string) uint64 {
+	b.t.Helper()
+	payload, err := json.Marshal(m)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	ack, err := b.env.JS.Publish(b.t.Context(), events.ApprovalSubject("cityops", runID, callID), payload)
+	if err != nil {
+		b.t.Fatalf("publish approval: %v", err)
+	}
+	return ack.Sequence
+}
+
+// outcomeOf waits for what the workers made of approval message seq: the
+// class of its approval_rejected event, or "approved".
+func (b *bundle) outcomeOf(runID string, seq uint64) (class, detail string) {
+	b.t.Helper()
+	var rej events.ApprovalRejectedData
+	var app events.ApprovedData
+	e := b.waitFor(runID, "decision on approvals seq", func(e events.Event) bool {
+		switch e.Type {
+		case events.TypeApprovalRejected:
+			rej = events.ApprovalRejectedData{}
+			return e.Decode(&rej) == nil && rej.ApprovalSeq == seq
+		case events.TypeApproved:
+			app = events.ApprovedData{}
+			return e.Decode(&app) == nil && app.ApprovalSeq == seq
+		}
+		return false
+	})
+	if e.Type == events.TypeApproved {
+		return "approved", app.Approver
+	}
+	return rej.Class, rej.Detail
+}
+
+func TestOnlyAValidSignedApprovalReleasesAWriteWhenSignaturesAreRequired(t *testing.T) {
+	t.Parallel()
+	b := setup(t, oneDraft(t, "drafted"))
+	requireSignatures(b)
+	runID, q := draftRun(t, b, "signed-1")
+	supervisor, intern := exampleKey(t, "supervisor@cityops"), exampleKey(t, "intern@cityops")
+	now := time.Now()
+
+	forged := signedApproval(t, runID, "s1c1", q, "supervisor@cityops", intern, now)
+	tampered := signedApproval(t, runID, "s1c1", q, "supervisor@cityops", supervisor, now)
+	tampered.Decision = approvals.Deny // signed as an approval, sent as a denial
+	lifted := signedApproval(t, runID, "s1c1", events.ApprovalRequestedData{ArgsHash: "sha256:" + strings.Repeat("0", 64)}, "supervisor@cityops", supervisor, now)
+	lifted.ArgsHash = q.ArgsHash // a signature from another question's approval
+	halfSigned := signedApproval(t, runID, "s1c1", q, "supervisor@cityops", supervisor, now)
+	halfSigned.SignedAt = ""
+
+	attempts := []struct {
+		name string
+		msg  any
+		want string
+	}{
+		{"unsigned", signedApproval(t, runID, "s1c1", q, "supervisor@cityops", nil, now), approvals.RejectUnsigned},
+		{"signed with another approver's key", forged, approvals.RejectBadSignature},
+		{"decision changed after signing", tampered, approvals.RejectBadSignature},
+		{"signature lifted from another hash", lifted, approvals.RejectBadSignature},
+		{"signed ten minutes ago: a replay", signedApproval(t, runID, "s1c1", q, "supervisor@cityops", supervisor, now.Add(-10*time.Minute)), approvals.RejectStale},
+		{"signed ten minutes ahead", signedApproval(t, runID, "s1c1", q, "supervisor@cityops", supervisor, now.Add(10*time.Minute)), approvals.RejectStale},
+		{"signed by an approver without the role", signedApproval(t, runID, "s1c1", q, "intern@cityops", intern, now), approvals.RejectNotAllowed},
+		{"signed by the run's own principal", signedApproval(t, runID, "s1c1", q, "dev@cityops", exampleKey(t, "dev@cityops"), now), approvals.RejectSelf},
+		{"signature without signed_at", halfSigned, approvals.RejectInvalid},
+	}
+	for _, a := range attempts {
+		seq := b.publishMessage(a.msg, runID, "s1c1")
+		if class, detail := b.outcomeOf(runID, seq); class != a.want {
+			t.Errorf("%s: %s (%s), want %s", a.name, class, detail, a.want)
+		}
+	}
+	if files := outboxFiles(t, b.outbox); len(files) != 0 {
+		t.Fatalf("a rejected approval released the write: %v", files)
+	}
+	if e := pendingEntry(t, b, runID, "s1c1"); !e.Pending() {
+		t.Fatalf("entry = %+v, want still pending", e)
+	}
+
+	valid := signedApproval(t, runID, "s1c1", q, "supervisor@cityops", supervisor, time.Now())
+	seq := b.publishMessage(valid, runID, "s1c1")
+	if class, detail := b.outcomeOf(runID, seq); class != "approved" {
+		t.Fatalf("the valid signed approval: %s (%s)", class, detail)
+	}
+	b.waitEnd(runID)
+
+	// The same signed message again decides nothing: a duplicate is a no-op.
+	if class, _ := b.outcomeOf(runID, b.publishMessage(valid, runID, "s1c1")); class != approvals.RejectNotPending {
+		t.Fatalf("the duplicate: %s, want %s", class, approvals.RejectNotPending)
+	}
+	evs, _, err := b.env.Journal.Load(t.Context(), "cityops", runID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rejected := make([]string, 0, len(attempts))
+	for _, a := range attempts {
+		rejected = append(rejected, "approval_rejected:"+a.want+"(draft_escalation)")
+	}
+	assertTrail(t, evs, concat(
+		[]string{"started", "proposed", "validated:ok(draft_escalation)", "approval_requested(draft_escalation)", "parked"},
+		rejected,
+		[]string{"approved:approve(draft_escalation)", "executing(draft_escalation)", "executed:ok(draft_escalation)", "observed(draft_escalation)",
+			"proposed:final", "finished:done", "approval_rejected:not_pending"},
+	))
+	if ok := last[events.ApprovedData](t, evs, events.TypeApproved); ok.ApprovalSeq != seq || ok.Approver != "supervisor@cityops" || ok.ArgsHash != q.ArgsHash {
+		t.Fatalf("approved event = %+v, want the valid signed message (seq %d)", ok, seq)
+	}
+	if files := outboxFiles(t, b.outbox); len(files) != 1 {
+		t.Fatalf("outbox = %v, want exactly the one approved draft", files)
+	}
+	if executing := all(evs, events.TypeExecuting); len(executing) != 1 {
+		t.Fatalf("%d executing events, want 1", len(executing))
+	}
+}
+
+func TestUnsignedApprovalsAreAcceptedWhenNotRequiredButSignaturesAreStillVerified(t *testing.T) {
+	t.Parallel()
+	b := setup(t, oneDraft(t, "drafted"))
+	if b.cfg.Policy.RequireSignatures {
+		t.Fatal("the CityOps example requires signatures: this test is about the policy that does not")
+	}
+	runID, q := draftRun(t, b, "signed-2")
+	supervisor := exampleKey(t, "supervisor@cityops")
+
+	// A signature that is present is checked even when none is required:
+	// a wrong key or an old signature never passes as "unsigned".
+	for _, a := range []struct {
+		name string
+		msg  approvals.Message
+		want string
+	}{
+		{"wrong key", signedApproval(t, runID, "s1c1", q, "supervisor@cityops", exampleKey(t, "intern@cityops"), time.Now()), approvals.RejectBadSignature},
+		{"replayed", signedApproval(t, runID, "s1c1", q, "supervisor@cityops", supervisor, time.Now().Add(-time.Hour)), approvals.RejectStale},
+	} {
+		if class, detail := b.outcomeOf(runID, b.publishMessage(a.msg, runID, "s1c1")); class != a.want {
+			t.Errorf("%s: %s (%s), want %s", a.name, class, detail, a.want)
+		}
+	}
+	if files := outboxFiles(t, b.outbox); len(files) != 0 {
+		t.Fatalf("a rejected approval released the write: %v", files)
+	}
+
+	seq := b.publishApproval(runID, "s1c1", q.ArgsHash, "approve", "supervisor@cityops", "unsigned is fine here")
+	if class, detail := b.outcomeOf(runID, seq); class != "approved" {
+		t.Fatalf("unsigned approval with signatures not required: %s (%s)", class, detail)
+	}
+	evs := b.waitEnd(runID)
+	assertTrail(t, evs, concat(
+		[]string{"started", "proposed", "validated:ok(draft_escalation)", "approval_requested(draft_escalation)", "parked",
+			"approval_rejected:bad_signature(draft_escalation)", "approval_rejected:stale_signature(draft_escalation)",
+			"approved:approve(draft_escalation)", "executing(draft_escalation)", "executed:ok(draft_escalation)", "observed(draft_escalation)"},
+		[]string{"proposed:final", "finished:done"},
+	))
+	if files := outboxFiles(t, b.outbox); len(files) != 1 {
+		t.Fatalf("outbox = %v, want the approved draft", files)
+	}
+}
