@@ -26,6 +26,8 @@ type Config struct {
 	Agents map[string]Profile `json:"agents"`
 	// Policy says which roles may call and approve which tools.
 	Policy Policy `json:"policy,omitzero"`
+	// Pricing turns model usage into cost, by model name.
+	Pricing map[string]Price `json:"pricing,omitempty"`
 	// Redaction names what never reaches the audit stream in full.
 	Redaction Redaction `json:"redaction,omitzero"`
 
@@ -38,6 +40,17 @@ type Config struct {
 	// rooted at the config file's directory; ReadFile reads from it. Set by
 	// the loader, not read from the file.
 	FS fs.FS `json:"-"`
+}
+
+// Price is what a model charges, in USD per million tokens.
+type Price struct {
+	InputPerMTok  float64 `json:"input_per_mtok"`
+	OutputPerMTok float64 `json:"output_per_mtok"`
+}
+
+// Cost prices usage.
+func (p Price) Cost(u events.Usage) float64 {
+	return (float64(u.InputTokens)*p.InputPerMTok + float64(u.OutputTokens)*p.OutputPerMTok) / 1e6
 }
 
 // Redaction names sensitive keys and string patterns. Values under the
@@ -104,12 +117,43 @@ type Profile struct {
 	ApprovalTTL events.Duration `json:"approval_ttl,omitempty"`
 }
 
-// Model chooses and configures a model provider.
+// Model chooses and configures a model provider. The settings after Script
+// are for the HTTP providers ("openai", "anthropic") only; their defaults
+// are applied by model.Build, which also reads the API key.
 type Model struct {
-	// Provider: "scripted" (replays recorded decisions).
+	// Provider: "scripted" (replays recorded decisions), "openai" (any
+	// server speaking OpenAI's Chat Completions: OpenAI, Ollama, vLLM,
+	// llama.cpp's server, LM Studio) or "anthropic" (the Messages API).
 	Provider string `json:"provider"`
 	// Script is the scripted provider's file of decisions, relative to Dir.
 	Script string `json:"script,omitempty"`
+
+	// BaseURL is the API's base URL, e.g. http://localhost:11434/v1 for
+	// Ollama. Defaults to https://api.openai.com/v1 (openai) or
+	// https://api.anthropic.com (anthropic).
+	BaseURL string `json:"base_url,omitempty"`
+	// Name is the model to ask, as the server names it (gpt-4.1-mini,
+	// claude-sonnet-4-5, qwen3:8b). Required for the HTTP providers.
+	Name string `json:"model,omitempty"`
+	// APIKeyEnv names the environment variable holding the API key; the
+	// key itself is never in the file. Defaults to OPENAI_API_KEY or
+	// ANTHROPIC_API_KEY, read only when BaseURL is the provider's own API:
+	// a key for another server must be named explicitly. Once named, the
+	// variable must be set.
+	APIKeyEnv string `json:"api_key_env,omitempty"`
+	// RequestTimeout bounds one HTTP attempt; the run's deadline bounds
+	// them all. Defaults to 2m.
+	RequestTimeout events.Duration `json:"request_timeout,omitempty"`
+	// MaxRetries bounds the retries of a request refused with 408, 429 or
+	// 5xx, or lost in transit; 0 means none. Defaults to 2.
+	MaxRetries *int `json:"max_retries,omitempty"`
+	// MaxTokens bounds the tokens of one answer. Defaults to 4096
+	// (anthropic, where it is required) or the server's own limit (openai).
+	MaxTokens int `json:"max_tokens,omitempty"`
+	// Strict asks an OpenAI server to constrain tool arguments to their
+	// schemas (function strict mode), for the schemas strict mode can
+	// express. Defaults to true for api.openai.com, false for other servers.
+	Strict *bool `json:"strict,omitempty"`
 }
 
 // Policy says which roles may do what.

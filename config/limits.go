@@ -36,6 +36,8 @@ func withDefaults(l events.Limits) events.Limits {
 		MaxRepeatedCalls:     cmp.Or(l.MaxRepeatedCalls, d.MaxRepeatedCalls),
 		MaxObservationBytes:  cmp.Or(l.MaxObservationBytes, d.MaxObservationBytes),
 		MaxRunObservationKiB: cmp.Or(l.MaxRunObservationKiB, d.MaxRunObservationKiB),
+		MaxTokens:            cmp.Or(l.MaxTokens, d.MaxTokens),
+		MaxCostUSD:           cmp.Or(l.MaxCostUSD, d.MaxCostUSD),
 	}
 }
 
@@ -75,8 +77,30 @@ func EffectiveLimits(profile events.Limits, task *events.Limits) (events.Limits,
 	}); e != nil {
 		errs = append(errs, *e)
 	}
+	// Token and cost budgets: zero is "no bound", which any task value
+	// tightens.
+	if e := tightenBudget(&eff.MaxTokens, task.MaxTokens, "max_tokens", strconv.Itoa); e != nil {
+		errs = append(errs, *e)
+	}
+	if e := tightenBudget(&eff.MaxCostUSD, task.MaxCostUSD, "max_cost_usd", func(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) }); e != nil {
+		errs = append(errs, *e)
+	}
 	slices.SortFunc(errs, func(a, b events.FieldError) int { return cmp.Compare(a.Field, b.Field) })
 	return eff, errs
+}
+
+// tightenBudget is tighten for bounds whose zero means unbounded.
+func tightenBudget[T int | float64](eff *T, task T, key string, show func(T) string) *events.FieldError {
+	switch {
+	case task == 0:
+		return nil
+	case task < 0:
+		return &events.FieldError{Field: "/limits/" + key, Message: "must not be negative"}
+	case *eff != 0 && task > *eff:
+		return &events.FieldError{Field: "/limits/" + key, Message: fmt.Sprintf("may only tighten the profile's limit of %s", show(*eff))}
+	}
+	*eff = task
+	return nil
 }
 
 // tighten sets *eff to task when task is set (non-zero) and no larger.

@@ -34,6 +34,12 @@ type Limits struct {
 	MaxRepeatedCalls     int      `json:"max_repeated_calls,omitempty"`
 	MaxObservationBytes  int      `json:"max_observation_bytes,omitempty"`
 	MaxRunObservationKiB int      `json:"max_run_observation_kib,omitempty"`
+	// MaxTokens bounds the model tokens (input + output) of a run; 0 is
+	// no bound.
+	MaxTokens int `json:"max_tokens,omitempty"`
+	// MaxCostUSD bounds the model cost of a run, priced by the config's
+	// pricing table; 0 is no bound.
+	MaxCostUSD float64 `json:"max_cost_usd,omitempty"`
 }
 
 // FieldError is one field-level complaint about an input: a task, a
@@ -285,6 +291,7 @@ type Totals struct {
 	InvalidDecisions int            `json:"invalid_decisions"`
 	Rejected         int            `json:"rejected_calls"`
 	Usage            Usage          `json:"usage"`
+	CostUSD          float64        `json:"cost_usd,omitempty"`
 	ActiveMS         int64          `json:"active_ms"`
 	ObservationBytes int            `json:"observation_bytes"`
 	Events           int            `json:"events"`

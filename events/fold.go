@@ -97,7 +97,11 @@ type RunState struct {
 	ObservationBytes int
 	Usage            Usage
 	CostUSD          float64
-	Active           time.Duration
+	// LastUsage and LastCostUSD are the latest model call's: the estimate
+	// of what the next one will cost.
+	LastUsage   Usage
+	LastCostUSD float64
+	Active      time.Duration
 
 	// The latest decision and the progress of its calls, in call order.
 	Current      *Decision
@@ -199,6 +203,8 @@ func (s *RunState) Apply(e *Event) error {
 		s.CurrentStep = e.Step
 		s.Usage.InputTokens += d.Usage.InputTokens
 		s.Usage.OutputTokens += d.Usage.OutputTokens
+		s.LastUsage, s.LastCostUSD = d.Usage, d.CostUSD
+		s.CostUSD += d.CostUSD
 		s.Current, s.CurrentCalls, s.DecisionObserved = d.Decision, nil, false
 		s.CurrentInvalid = d.Invalid
 		if d.Decision == nil {
@@ -215,7 +221,6 @@ func (s *RunState) Apply(e *Event) error {
 			s.CurrentCalls = append(s.CurrentCalls, &CallState{Call: c})
 		}
 		s.History = append(s.History, Turn{Role: RoleAssistant, Step: e.Step, Decision: d.Decision, ProviderMessage: d.ProviderMessage})
-		s.CostUSD += d.CostUSD
 	case TypeValidated:
 		var d ValidatedData
 		if err := e.Decode(&d); err != nil {
@@ -365,6 +370,7 @@ func (s *RunState) Totals() Totals {
 		InvalidDecisions: s.InvalidDecisions,
 		Rejected:         s.Rejected,
 		Usage:            s.Usage,
+		CostUSD:          s.CostUSD,
 		ActiveMS:         s.Active.Milliseconds(),
 		ObservationBytes: s.ObservationBytes,
 		Events:           int(s.LastSeq) + 1,

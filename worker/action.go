@@ -66,6 +66,9 @@ func nextAction(c *events.CallState, m tools.Manifest, dryRun, tainted bool) act
 		}
 	case events.ExecTimeout, events.ExecUnknown:
 		if !write {
+			if last.Status == events.ExecUnknown && c.Attempts() < maxAttempts {
+				return actRetry // a read whose worker died: reads are safe to run again
+			}
 			return actObserve // a read's timeout is reported, not chased
 		}
 		if r := c.Request; r != nil && r.Kind == string(approvals.KindNeedsHuman) && r.Attempt == c.Attempts() && c.Decision != nil {

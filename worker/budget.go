@@ -24,6 +24,19 @@ func beforeStep(s *events.RunState, l events.Limits, now, deadline time.Time) st
 	if !now.Before(deadline) {
 		return stop{events.ReasonDeadline, fmt.Sprintf("the active time budget of %s is used up", l.MaxActive.D())}
 	}
+	// Stop before the next model call would exceed a budget. What it will
+	// cost is not known in advance; the latest call's is the estimate (a
+	// context only grows, so this errs towards stopping early).
+	if l.MaxTokens > 0 {
+		spent := s.Usage.InputTokens + s.Usage.OutputTokens
+		next := s.LastUsage.InputTokens + s.LastUsage.OutputTokens
+		if spent+next > l.MaxTokens {
+			return stop{events.ReasonBudget, fmt.Sprintf("the token budget of %d would be exceeded: %d spent, the last call used %d", l.MaxTokens, spent, next)}
+		}
+	}
+	if l.MaxCostUSD > 0 && s.CostUSD+s.LastCostUSD > l.MaxCostUSD {
+		return stop{events.ReasonBudget, fmt.Sprintf("the cost budget of $%.4f would be exceeded: $%.4f spent, the last call cost $%.4f", l.MaxCostUSD, s.CostUSD, s.LastCostUSD)}
+	}
 	return stop{}
 }
 

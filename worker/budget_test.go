@@ -100,3 +100,26 @@ func TestCallDeadlineIsTheEarlierOfToolTimeoutAndRunDeadline(t *testing.T) {
 		}
 	}
 }
+
+func TestTokenAndCostBudgetsStopBeforeTheNextCallWouldExceedThem(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
+	later := now.Add(time.Hour)
+	cases := []struct {
+		name   string
+		limits events.Limits
+		state  events.RunState
+		want   events.Reason
+	}{
+		{"no budgets", events.Limits{MaxSteps: 9}, events.RunState{Usage: events.Usage{InputTokens: 1e6}}, ""},
+		{"tokens left for one more call", events.Limits{MaxSteps: 9, MaxTokens: 1000}, events.RunState{Usage: events.Usage{InputTokens: 400, OutputTokens: 100}, LastUsage: events.Usage{InputTokens: 400, OutputTokens: 100}}, ""},
+		{"the next call would exceed the tokens", events.Limits{MaxSteps: 9, MaxTokens: 1000}, events.RunState{Usage: events.Usage{InputTokens: 700, OutputTokens: 100}, LastUsage: events.Usage{InputTokens: 250, OutputTokens: 50}}, events.ReasonBudget},
+		{"cost left", events.Limits{MaxSteps: 9, MaxCostUSD: 0.01}, events.RunState{CostUSD: 0.004, LastCostUSD: 0.004}, ""},
+		{"the next call would exceed the cost", events.Limits{MaxSteps: 9, MaxCostUSD: 0.01}, events.RunState{CostUSD: 0.008, LastCostUSD: 0.004}, events.ReasonBudget},
+	}
+	for _, c := range cases {
+		if got := beforeStep(&c.state, c.limits, now, later); got.reason != c.want {
+			t.Errorf("%s: reason %q (%s), want %q", c.name, got.reason, got.detail, c.want)
+		}
+	}
+}

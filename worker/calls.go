@@ -279,6 +279,26 @@ func (r *run) executeGroup(ctx context.Context, group []*events.CallState, act a
 			a.ex = c.Executing[len(c.Executing)-1]
 			runs = append(runs, a)
 			continue
+		case act == actResume:
+			// A read began and its worker is gone. Record the lost
+			// attempt's end as unknown, so every executing has its
+			// executed (and InFlight, which counts them, ends); nextAction
+			// then runs the read again as a new attempt. Appending a new
+			// attempt without this left the lost one open for ever: the
+			// run looked in flight after every retry, until MaxDeliver
+			// stopped it with reason error.
+			lost := c.Executing[len(c.Executing)-1]
+			err := r.append(ctx, events.TypeExecuted, step, c.Call.ID, c.Call.Tool, events.ExecutedData{
+				Status:      events.ExecUnknown,
+				OperationID: lost.OperationID,
+				Attempt:     lost.Attempt,
+				ErrorClass:  "unknown_outcome",
+				Message:     "the worker running this attempt stopped before recording its end; the read is run again",
+			})
+			if err != nil {
+				return err
+			}
+			continue
 		case act == actExecute:
 			if s := beforeCall(r.st, r.limits, m, r.p.now(), r.deadline); !s.ok() {
 				return r.finish(ctx, s, nil)

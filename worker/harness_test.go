@@ -48,6 +48,7 @@ type options struct {
 	layout   journal.Layout // natstest's defaults when zero
 	crash    func(string)   // the pool's fault-injection hook
 	retry    time.Duration  // the pool's redelivery delay after an error
+	pricing  map[string]config.Price
 }
 
 func setup(t testing.TB, o options) *bundle {
@@ -66,6 +67,9 @@ func setup(t testing.TB, o options) *bundle {
 		builtins.MustRegister(name, fn)
 	}
 	cfg.Tools = append(cfg.Tools, o.tools...)
+	if o.pricing != nil {
+		cfg.Pricing = o.pricing
+	}
 	for name, r := range o.roles {
 		cfg.Policy.Roles[name] = r
 	}

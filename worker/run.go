@@ -227,6 +227,9 @@ func (r *run) propose(ctx context.Context) error {
 	}
 	decision, invalid := r.p.decisions.parse(resp.Output, step)
 	data := events.ProposedData{Decision: decision, Invalid: invalid, Usage: resp.Usage, LatencyMS: latency, Model: resp.Name, ProviderMessage: resp.Message}
+	if price, ok := r.p.app.Pricing[resp.Name]; ok {
+		data.CostUSD = price.Cost(resp.Usage)
+	}
 	if decision == nil {
 		// Keep what the model said, bounded, so the trail shows it.
 		if trimmed := boundedRaw(resp.Output); json.Valid(trimmed) {

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/loopgate/loopgate/config"
 	"github.com/loopgate/loopgate/events"
 )
 
@@ -224,4 +225,28 @@ func compactJSON(t testing.TB, b []byte) string {
 	}
 	out, _ := json.Marshal(v)
 	return string(out)
+}
+
+// Token and cost budgets stop a run, with reason budget, before the model
+// call that would exceed them; cost comes from the config's pricing table.
+func TestBudgetsStopTheRunBeforeTheModelCallThatWouldExceedThem(t *testing.T) {
+	t.Parallel()
+	// The happy script records 420 input + 60 output tokens per call.
+	b := setup(t, options{pricing: map[string]config.Price{"scripted": {InputPerMTok: 10, OutputPerMTok: 30}}})
+	for name, limits := range map[string]events.Limits{
+		"tokens": {MaxTokens: 1200},   // 2 calls = 960; a third would reach 1440
+		"cost":   {MaxCostUSD: 0.015}, // 2 calls = $0.012; a third would reach $0.018
+	} {
+		tk := task("budget-"+name, "escalation-assistant")
+		tk.Limits = &limits
+		evs := b.waitEnd(b.submit(tk))
+		assertTrail(t, evs, concat([]string{"started"}, okStep("get_procedure"), okStep("lookup_complaints"), []string{"finished:budget"}))
+		fin := last[events.FinishedData](t, evs, events.TypeFinished)
+		if fin.Totals.Usage.InputTokens != 840 || (name == "cost" && (fin.Totals.CostUSD < 0.0119 || fin.Totals.CostUSD > 0.0121)) {
+			t.Errorf("%s: totals %+v", name, fin.Totals)
+		}
+		if p := last[events.ProposedData](t, evs, events.TypeProposed); p.CostUSD < 0.0059 || p.CostUSD > 0.0061 {
+			t.Errorf("%s: proposed cost = %v, want $0.006", name, p.CostUSD)
+		}
+	}
 }
