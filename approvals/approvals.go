@@ -53,6 +53,13 @@ type Message struct {
 	Decision Decision `json:"decision"`
 	Approver Approver `json:"approver"`
 	Reason   string   `json:"reason,omitempty"`
+	// SignedAt is when the approver signed, RFC 3339; it is signed as
+	// written (see SigningPayload). Empty on an unsigned message.
+	SignedAt string `json:"signed_at,omitempty"`
+	// Signature is the unpadded base64url ed25519 signature of the
+	// message's signing payload by the approver's nkey. Empty on an
+	// unsigned message.
+	Signature string `json:"signature,omitempty"`
 }
 
 // Approver names who decided. Their roles come from the policy.
@@ -108,6 +115,9 @@ const (
 	RejectNotAllowed   = "not_authorized"     // the approver's roles may not approve this tool
 	RejectSelf         = "self_approval"      // the approver is the principal who asked
 	RejectExpired      = "expired"            // the question expired before the decision arrived
+	RejectUnsigned     = "unsigned"           // the policy requires signatures and the message has none
+	RejectBadSignature = "bad_signature"      // the signature does not verify against the approver's configured key, or they have none
+	RejectStale        = "stale_signature"    // signed longer ago than the window before it arrived (a replay), or in the future
 )
 
 // Policy is what Check needs to know about the approver.
@@ -118,15 +128,37 @@ type Policy struct {
 	MayApprove bool
 	// AllowSelf: self-approval is allowed.
 	AllowSelf bool
+
+	// RequireSignature: an unsigned message is rejected
+	// (policy.require_signatures). A signature is verified whenever one is
+	// present, required or not.
+	RequireSignature bool
+	// PublicKey is the approver's user nkey from the policy; "" when none
+	// is configured, and then a signed message is rejected.
+	PublicKey string
+	// MaxAge bounds how long before Received a signature may have been
+	// made (policy.approval_max_age). Defaults to DefaultMaxAge.
+	MaxAge time.Duration
+	// Received is when the message reached the approvals stream (its
+	// stream timestamp, set by the NATS server): signed_at is judged
+	// against it, so a message that waits for a worker does not go stale
+	// while a re-publication of an old one does. Zero: Check's now.
+	Received time.Time
 }
 
 // Check decides whether msg may decide entry. It returns "" when it may,
 // else a rejection class and a detail for the audit trail. The order
-// matters: a replay of a decided call is a no-op whoever sends it.
+// matters: a replay of a decided call is a no-op whoever sends it; then
+// the message is authenticated (unsigned, bad_signature, stale_signature),
+// so that nothing a forged message claims is judged; then what it says is.
 func Check(msg Message, e Entry, p Policy, now time.Time) (class, detail string) {
-	switch {
-	case !e.Pending():
+	if !e.Pending() {
 		return RejectNotPending, "already decided: " + string(e.Decision) + " by " + e.DecidedBy
+	}
+	if class, detail := authenticate(msg, p, now); class != "" {
+		return class, detail
+	}
+	switch {
 	case !e.Kind.Accepts(msg.Decision):
 		return RejectWrongKind, "decision " + string(msg.Decision) + " does not answer a " + string(e.Kind) + " question"
 	case msg.ArgsHash != e.ArgsHash:

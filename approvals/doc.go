@@ -8,4 +8,9 @@
 // decision wins and everything after it is recorded as a no-op. A call
 // whose outcome is unknown gets a second round (kind needs_human) decided
 // by mark_done, retry or abandon.
+//
+// An approval may be signed with the approver's nkey (signature.go):
+// SigningPayload says which bytes, Sign and VerifySignature do the
+// cryptography, and Check verifies against the key the policy gives the
+// approver, right after the not_pending no-op and before anything else.
 package approvals

@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
 
 	"github.com/loopgate/loopgate/approvals"
 	"github.com/loopgate/loopgate/events"
@@ -38,17 +39,18 @@ func decide(ctx context.Context, e env, verb string, args []string) int {
 		reason   = fs.String("reason", "", "why; the model sees a denial's reason")
 		yes      = fs.Bool("yes", false, "send without asking for confirmation")
 		wait     = fs.Duration("wait", 5*time.Second, "how long to wait for loopgate to record the decision, and then for the run to move on")
+		keyFile  = fs.String("key", "", "sign the decision with the approver's nkey seed in this file (loopgate keys new); required when the policy requires signatures")
 		decision *string
 	)
 	if verb == "approve" {
 		decision = fs.String("decision", "", "for a needs_human question (unknown outcome): mark_done, retry or abandon")
 		fs.Usage = func() {
-			fmt.Fprintln(e.stderr, "usage: loopgate approve RUN_ID CALL_ID --as ID [--reason R] [--decision mark_done|retry|abandon] [--yes] [--wait D] [--nats URL] [--tenant T]")
+			fmt.Fprintln(e.stderr, "usage: loopgate approve RUN_ID CALL_ID --as ID [--key FILE] [--reason R] [--decision mark_done|retry|abandon] [--yes] [--wait D] [--nats URL] [--tenant T]")
 			fs.PrintDefaults()
 		}
 	} else {
 		fs.Usage = func() {
-			fmt.Fprintln(e.stderr, "usage: loopgate deny RUN_ID CALL_ID --as ID --reason R [--yes] [--wait D] [--nats URL] [--tenant T]")
+			fmt.Fprintln(e.stderr, "usage: loopgate deny RUN_ID CALL_ID --as ID --reason R [--key FILE] [--yes] [--wait D] [--nats URL] [--tenant T]")
 			fs.PrintDefaults()
 		}
 	}
@@ -70,6 +72,18 @@ func decide(ctx context.Context, e env, verb string, args []string) int {
 		return fail(e, "deny: --reason is required: the model is told why it was denied")
 	case *wait <= 0:
 		return fail(e, "%s: --wait must be positive", verb)
+	}
+
+	// Read the key before anything is shown or asked: a bad key file
+	// should not cost the approver a confirmation.
+	var key nkeys.KeyPair
+	if *keyFile != "" {
+		k, err := readKey(e, *keyFile)
+		if err != nil {
+			return fail(e, "%s: %v", verb, err)
+		}
+		defer k.Wipe()
+		key = k
 	}
 
 	nc, js, j, err := connect(ctx, *natsURL)
@@ -127,13 +141,22 @@ func decide(ctx context.Context, e env, verb string, args []string) int {
 		RunID: runID, CallID: callID, ArgsHash: entry.ArgsHash, Decision: d,
 		Approver: approvals.Approver{ID: *as}, Reason: *reason,
 	}
+	signedBy := ""
+	if key != nil {
+		// Signed after the confirmation, so signed_at is when it was sent.
+		if err := approvals.Sign(&msg, key, time.Now()); err != nil {
+			return fail(e, "%s: %v; nothing sent", verb, err)
+		}
+		pub, _ := key.PublicKey()
+		signedBy = ", signed by " + pub
+	}
 	payload, _ := json.Marshal(msg)
 	subject := events.ApprovalSubject(entry.Tenant, runID, callID)
 	ack, err := js.Publish(ctx, subject, payload, jetstream.WithMsgID(uuid.NewString()))
 	if err != nil {
 		return fail(e, "%s: publish on %s: %v", verb, subject, err)
 	}
-	fmt.Fprintf(e.stdout, "sent %s on %s (approvals seq %d)\n", d, subject, ack.Sequence)
+	fmt.Fprintf(e.stdout, "sent %s on %s (approvals seq %d%s)\n", d, subject, ack.Sequence, signedBy)
 	return awaitDecision(ctx, e, j, entry.Tenant, runID, ack.Sequence, *wait, *natsURL)
 }
 

@@ -45,6 +45,7 @@ func commands() []command {
 		{"pending", "list the calls waiting for a human, each with its exact action", runPending},
 		{"approve", "approve one pending call (or answer an unknown outcome with --decision)", runApprove},
 		{"deny", "deny one pending call, with a reason the model will see", runDeny},
+		{"keys", "make an approver's signing key pair (keys new), or show a seed's public key", runKeys},
 	}
 }
 
