@@ -46,6 +46,7 @@ func commands() []command {
 		{"approve", "approve one pending call (or answer an unknown outcome with --decision)", runApprove},
 		{"deny", "deny one pending call, with a reason the model will see", runDeny},
 		{"keys", "make an approver's signing key pair (keys new), or show a seed's public key", runKeys},
+		{"tools", "list tool manifests and, with --nats, the tool services found and any mismatch", runTools},
 	}
 }
 

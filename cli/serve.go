@@ -19,6 +19,8 @@ type serveFlags struct {
 	data         string
 	workers      int
 	natsURL      string
+	natsConfig   string   // embedded server's nats-server config file
+	auth         natsAuth // how to connect to a server that requires it
 	logFormat    string
 	logLevel     string
 	syncInterval string
@@ -32,6 +34,8 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.data, "data", "", "data directory: JetStream store and tool files (default ./loopgate-data)")
 	fs.IntVar(&f.workers, "workers", 0, "concurrent runs (default 4)")
 	fs.StringVar(&f.natsURL, "nats", "", "external NATS URL(s), comma-separated; embeds no server")
+	fs.StringVar(&f.natsConfig, "nats-config", "", "nats-server config file for the embedded server: accounts, users, permissions, TLS (e.g. deploy/nats-accounts.conf)")
+	f.auth.register(fs)
 	fs.StringVar(&f.logFormat, "log-format", "auto", "log format: auto (tint on a terminal, else JSON), text or json")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fs.StringVar(&f.syncInterval, "sync-interval", "", `embedded server fsync: "always" (default) or a duration such as 2m`)
@@ -79,9 +83,14 @@ func serve(ctx context.Context, e env, f serveFlags, workerOnly bool) int {
 	if err != nil {
 		return fail(e, "%v", err)
 	}
+	if f.natsConfig != "" && f.natsURL != "" {
+		return fail(e, "--nats-config configures the embedded server; with --nats there is none (configure that server instead)")
+	}
 	o := stackOptions{
 		cfg:          cfg,
 		natsURL:      f.natsURL,
+		natsConfig:   f.natsConfig,
+		auth:         f.auth.orEnv(),
 		listen:       cmp.Or(f.listen, cfg.Server.Listen),
 		dataDir:      cmp.Or(f.data, cfg.Server.Data),
 		syncInterval: cmp.Or(f.syncInterval, cfg.Server.SyncInterval),

@@ -3,8 +3,10 @@ package cli
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -23,6 +25,8 @@ import (
 type stackOptions struct {
 	cfg          *config.Config
 	natsURL      string // external NATS; empty embeds a server
+	natsConfig   string // embedded server's nats-server config file; empty: none
+	auth         natsAuth
 	listen       string // embedded server's address
 	dataDir      string // JetStream store (embedded) and tool files (outbox)
 	syncInterval string
@@ -67,16 +71,29 @@ func startStack(ctx context.Context, o stackOptions) (_ *stack, err error) {
 			Listen:       o.listen,
 			StoreDir:     filepath.Join(o.dataDir, "jetstream"),
 			SyncInterval: o.syncInterval,
+			ConfigFile:   o.natsConfig,
 			Logger:       o.log,
 		})
 		if err != nil {
 			return nil, err
 		}
-		s.nc, err = s.srv.Connect(nats.Name("loopgate"))
+		// In process: no TLS to set up (the server does not ask for it).
+		var opts []nats.Option
+		if opts, err = o.auth.options(false); err != nil {
+			return nil, err
+		}
+		s.nc, err = s.srv.Connect(append(opts, nats.Name("loopgate"), logAsyncErrors(o.log))...)
 	} else {
-		s.nc, err = nats.Connect(o.natsURL, nats.Name("loopgate"), nats.MaxReconnects(-1))
+		var opts []nats.Option
+		if opts, err = o.auth.options(true); err != nil {
+			return nil, err
+		}
+		s.nc, err = nats.Connect(o.natsURL, append(opts, nats.Name("loopgate"), nats.MaxReconnects(-1), logAsyncErrors(o.log))...)
 	}
 	if err != nil {
+		if errors.Is(err, nats.ErrAuthorization) {
+			return nil, fmt.Errorf("connect to NATS: %w (connect as a user of its config: --nats-user and --nats-password, --nkey or --creds, and its --inbox-prefix)", err)
+		}
 		return nil, fmt.Errorf("connect to NATS: %w", err)
 	}
 	if s.js, err = jetstream.New(s.nc); err != nil {
@@ -131,9 +148,14 @@ func (s *stack) close(ctx context.Context) error {
 }
 
 // connect is the client side for submit and audit: a connection and the
-// journal, nothing else.
+// journal, nothing else. It authenticates as the environment says
+// (authFromEnv), or as the URL does (nats://user:password@host:port).
 func connect(ctx context.Context, url string) (*nats.Conn, jetstream.JetStream, *journal.Journal, error) {
-	nc, err := nats.Connect(url, nats.Name("loopgate-cli"), nats.Timeout(5*time.Second))
+	opts, err := authFromEnv().options(true)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	nc, err := nats.Connect(url, append(opts, nats.Name("loopgate-cli"), nats.Timeout(5*time.Second))...)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("connect to %s: %w", url, err)
 	}
@@ -144,8 +166,141 @@ func connect(ctx context.Context, url string) (*nats.Conn, jetstream.JetStream, 
 	}
 	j, err := journal.New(ctx, js)
 	if err != nil {
+		// A request the server refuses is never answered: say why it
+		// timed out.
+		if perr := nc.LastError(); errors.Is(perr, nats.ErrPermissionViolation) {
+			nc.Close()
+			return nil, nil, nil, fmt.Errorf("%s refused this user: %v (%w)", url, perr, err)
+		}
 		nc.Close()
 		return nil, nil, nil, fmt.Errorf("is loopgate running against %s? %w", url, err)
 	}
 	return nc, js, j, nil
+}
+
+// natsAuth says how to authenticate to a NATS server that requires it
+// (deploy/nats-accounts.conf): a user and password, a JWT .creds file or
+// an nkey seed file (one of them), the inbox prefix the user may
+// subscribe to, and the TLS files. The zero value connects anonymously
+// with the default _INBOX prefix, as a server without authorization
+// expects.
+type natsAuth struct {
+	user, password  string
+	creds, nkeySeed string
+	inboxPrefix     string
+	tlsCA           string
+	tlsCert, tlsKey string
+}
+
+// authEnv names the environment variables authFromEnv reads, after the
+// nats CLI's where it has one.
+var authEnv = struct{ user, password, creds, nkey, inbox, ca, cert, key string }{
+	"NATS_USER", "NATS_PASSWORD", "NATS_CREDS", "NATS_NKEY", "NATS_INBOX_PREFIX", "NATS_CA", "NATS_CERT", "NATS_KEY",
+}
+
+// authFromEnv is how submit, audit, pending, approve and deny
+// authenticate: NATS_USER and NATS_PASSWORD, NATS_CREDS (a .creds file),
+// NATS_NKEY (an nkey seed file), NATS_INBOX_PREFIX, and NATS_CA, NATS_CERT,
+// NATS_KEY for TLS. None set: no authentication.
+func authFromEnv() natsAuth {
+	return natsAuth{}.orEnv()
+}
+
+// orEnv fills the fields a flag left empty from the environment.
+func (a natsAuth) orEnv() natsAuth {
+	or := func(v *string, name string) {
+		if *v == "" {
+			*v = os.Getenv(name)
+		}
+	}
+	or(&a.user, authEnv.user)
+	or(&a.password, authEnv.password)
+	or(&a.creds, authEnv.creds)
+	or(&a.nkeySeed, authEnv.nkey)
+	or(&a.inboxPrefix, authEnv.inbox)
+	or(&a.tlsCA, authEnv.ca)
+	or(&a.tlsCert, authEnv.cert)
+	or(&a.tlsKey, authEnv.key)
+	return a
+}
+
+// register adds the flags of a (serve, worker). Their defaults come from
+// the environment after parsing (orEnv), so -h never prints a password.
+func (a *natsAuth) register(fs *flag.FlagSet) {
+	fs.StringVar(&a.user, "nats-user", "", "NATS user to connect as (env "+authEnv.user+")")
+	fs.StringVar(&a.password, "nats-password", "", "its password (env "+authEnv.password+"; prefer the environment: flags show in ps)")
+	fs.StringVar(&a.creds, "creds", "", "NATS JWT credentials file, instead of a user and password (env "+authEnv.creds+")")
+	fs.StringVar(&a.nkeySeed, "nkey", "", "NATS nkey seed file, instead of a user and password (env "+authEnv.nkey+")")
+	fs.StringVar(&a.inboxPrefix, "inbox-prefix", "", "reply inbox prefix the NATS user may subscribe to, e.g. _INBOX_worker (env "+authEnv.inbox+")")
+	fs.StringVar(&a.tlsCA, "tls-ca", "", "CA certificate to verify the NATS server with (env "+authEnv.ca+")")
+	fs.StringVar(&a.tlsCert, "tls-cert", "", "client certificate for mutual TLS (env "+authEnv.cert+")")
+	fs.StringVar(&a.tlsKey, "tls-key", "", "its private key (env "+authEnv.key+")")
+}
+
+// options turns a into connection options; TLS ones only if withTLS (an
+// in-process connection has no TLS to set up). Conflicting settings are
+// an error naming them.
+func (a natsAuth) options(withTLS bool) ([]nats.Option, error) {
+	var kinds []string
+	if a.user != "" || a.password != "" {
+		kinds = append(kinds, "user and password")
+	}
+	if a.creds != "" {
+		kinds = append(kinds, "creds file")
+	}
+	if a.nkeySeed != "" {
+		kinds = append(kinds, "nkey seed")
+	}
+	switch {
+	case len(kinds) > 1:
+		return nil, fmt.Errorf("nats: authenticate one way, not with a %s and a %s", kinds[0], kinds[1])
+	case a.password != "" && a.user == "":
+		return nil, errors.New("nats: a password without a user (--nats-user, " + authEnv.user + ")")
+	}
+	var opts []nats.Option
+	switch {
+	case a.user != "":
+		opts = append(opts, nats.UserInfo(a.user, a.password))
+	case a.creds != "":
+		opts = append(opts, nats.UserCredentials(a.creds))
+	case a.nkeySeed != "":
+		o, err := nats.NkeyOptionFromSeed(a.nkeySeed)
+		if err != nil {
+			return nil, fmt.Errorf("nats: nkey seed file %s: %w", a.nkeySeed, err)
+		}
+		opts = append(opts, o)
+	}
+	if a.inboxPrefix != "" {
+		opts = append(opts, nats.CustomInboxPrefix(a.inboxPrefix))
+	}
+	if !withTLS {
+		return opts, nil
+	}
+	if a.tlsCA != "" {
+		opts = append(opts, nats.RootCAs(a.tlsCA))
+	}
+	if (a.tlsCert == "") != (a.tlsKey == "") {
+		return nil, errors.New("nats: a client certificate needs both --tls-cert and --tls-key")
+	}
+	if a.tlsCert != "" {
+		opts = append(opts, nats.ClientCert(a.tlsCert, a.tlsKey))
+	}
+	return opts, nil
+}
+
+// logAsyncErrors logs what the server reports without failing a call, a
+// permission violation above all: a refused request is otherwise only a
+// timeout.
+func logAsyncErrors(log *slog.Logger) nats.Option {
+	return nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+		attrs := []any{"err", err}
+		if sub != nil {
+			attrs = append(attrs, "subject", sub.Subject)
+		}
+		if errors.Is(err, nats.ErrPermissionViolation) {
+			log.Error("nats: the server refused an operation of this user (see deploy/nats-accounts.conf)", attrs...)
+			return
+		}
+		log.Warn("nats: asynchronous error", attrs...)
+	})
 }

@@ -109,6 +109,9 @@ type Profile struct {
 	Roles []string `json:"roles"`
 	// Limits of each run; a task may only tighten them.
 	Limits events.Limits `json:"limits,omitzero"`
+	// SessionBudgetBytes bounds the session memory a run of this agent is
+	// shown; older exchanges are compacted. Defaults to 8192.
+	SessionBudgetBytes int `json:"session_budget_bytes,omitempty"`
 	// RedactObservations redacts the observations this agent's model
 	// reads, not only the stored events. Defaults to true.
 	RedactObservations *bool `json:"redact_observations,omitempty"`

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net/url"
 	"os"
 	"path"
 	"path/filepath"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/kaptinlin/jsonschema"
+	"github.com/nats-io/nkeys"
 	"sigs.k8s.io/yaml"
 
 	"github.com/loopgate/loopgate/events"
@@ -40,8 +42,8 @@ func LoadFile(name string) (*Config, error) {
 }
 
 // Load reads the config at name in fsys: YAML (or JSON), checked against
-// schemas/config.schema.json, each tool's args_schema path replaced by the
-// JSON it names, decoded strictly, defaults applied, then cross-checked
+// schemas/config.schema.json, each tool's args_schema (and result_schema)
+// path replaced by the JSON it names, decoded strictly, defaults applied, then cross-checked
 // (profiles' tools, roles and scripts exist; policy names known tools; tool
 // names are unique). Paths in the file are relative to name's directory
 // within fsys, which becomes Config.FS.
@@ -104,8 +106,9 @@ var configSchema = sync.OnceValues(func() (*jsonschema.Schema, error) {
 	return schemas.Compile("config.schema.json")
 })
 
-// resolveArgsSchemas replaces each tool's args_schema that is a path with
-// the JSON object in that file. doc has passed the config schema.
+// resolveArgsSchemas replaces each tool's args_schema and result_schema
+// that is a path with the JSON object in that file. doc has passed the
+// config schema.
 func resolveArgsSchemas(dir fs.FS, doc []byte) ([]byte, []events.FieldError) {
 	var top map[string]json.RawMessage
 	if err := json.Unmarshal(doc, &top); err != nil {
@@ -120,26 +123,28 @@ func resolveArgsSchemas(dir fs.FS, doc []byte) ([]byte, []events.FieldError) {
 	}
 	var errs []events.FieldError
 	for i, m := range manifests {
-		var rel string
-		if json.Unmarshal(m["args_schema"], &rel) != nil {
-			continue // inline
-		}
-		var tool string
-		_ = json.Unmarshal(m["name"], &tool)
-		b, err := readFile(dir, rel)
-		if err == nil {
-			if b, err = jsonObject(b); err != nil {
-				err = fmt.Errorf("%s: %w", rel, err)
+		for _, key := range []string{"args_schema", "result_schema"} {
+			var rel string
+			if json.Unmarshal(m[key], &rel) != nil {
+				continue // inline, or absent
 			}
+			var tool string
+			_ = json.Unmarshal(m["name"], &tool)
+			b, err := readFile(dir, rel)
+			if err == nil {
+				if b, err = jsonObject(b); err != nil {
+					err = fmt.Errorf("%s: %w", rel, err)
+				}
+			}
+			if err != nil {
+				errs = append(errs, events.FieldError{
+					Field:   fmt.Sprintf("/tools/%d/%s", i, key),
+					Message: fmt.Sprintf("tool %q: %s %s", tool, strings.ReplaceAll(key, "_", " "), err),
+				})
+				continue
+			}
+			m[key] = b
 		}
-		if err != nil {
-			errs = append(errs, events.FieldError{
-				Field:   fmt.Sprintf("/tools/%d/args_schema", i),
-				Message: fmt.Sprintf("tool %q: args schema %s", tool, err),
-			})
-			continue
-		}
-		m["args_schema"] = b
 	}
 	if len(errs) > 0 {
 		return nil, errs
@@ -238,9 +243,11 @@ func (c *Config) setDefaults() {
 	c.Server.Replicas = cmp.Or(c.Server.Replicas, 1)
 	c.Intake.MaxTaskBytes = cmp.Or(c.Intake.MaxTaskBytes, 65536)
 	c.Intake.MaxInputBytes = cmp.Or(c.Intake.MaxInputBytes, 16384)
+	c.Policy.ApprovalMaxAge = cmp.Or(c.Policy.ApprovalMaxAge, DefaultApprovalMaxAge)
 	for name, p := range c.Agents {
 		p.Limits = withDefaults(p.Limits)
 		p.ApprovalTTL = cmp.Or(p.ApprovalTTL, DefaultApprovalTTL)
+		p.SessionBudgetBytes = cmp.Or(p.SessionBudgetBytes, 8192)
 		c.Agents[name] = p
 	}
 }
@@ -248,6 +255,10 @@ func (c *Config) setDefaults() {
 // DefaultApprovalTTL is how long an approval stays pending when neither the
 // tool nor the profile says.
 const DefaultApprovalTTL = events.Duration(24 * time.Hour)
+
+// DefaultApprovalMaxAge is policy.approval_max_age when the file does not
+// say.
+const DefaultApprovalMaxAge = events.Duration(5 * time.Minute)
 
 // validate cross-checks what the schema cannot: names that refer to other
 // parts of the file, and files the config refers to. It runs after
@@ -300,6 +311,11 @@ func (c *Config) validate() []events.FieldError {
 			} else if err := statFile(c.FS, p.Model.Script); err != nil {
 				bad(at+"/model/script", "%v", err)
 			}
+			for _, f := range p.Model.httpSettings() {
+				bad(at+"/model/"+f, "is a setting of the openai and anthropic providers, not of scripted")
+			}
+		case "openai", "anthropic":
+			validateHTTPModel(at+"/model", p.Model, bad)
 		default:
 			bad(at+"/model/provider", "unknown provider %q", p.Model.Provider)
 		}
@@ -329,11 +345,27 @@ func (c *Config) validate() []events.FieldError {
 			bad(at, "reconcile tool %q must be a read tool", m.Reconcile)
 		}
 	}
+	keyOf := map[string]string{} // public key → approver id
 	for _, id := range sortedKeys(c.Policy.Approvers) {
-		for i, r := range c.Policy.Approvers[id].Roles {
+		a := c.Policy.Approvers[id]
+		for i, r := range a.Roles {
 			if _, ok := c.Policy.Roles[r]; !ok {
 				bad(fmt.Sprintf("/policy/approvers/%s/roles/%d", escape(id), i), "role %q is not defined in /policy/roles", r)
 			}
+		}
+		at := fmt.Sprintf("/policy/approvers/%s/public_key", escape(id))
+		switch {
+		case a.PublicKey == "" && c.Policy.RequireSignatures:
+			bad(at, "is required: /policy/require_signatures is set, and %s could sign nothing", id)
+		case a.PublicKey == "":
+		case strings.HasPrefix(a.PublicKey, "S"):
+			bad(at, "is a seed, a private key: put only the public key (U…) here, and keep the seed secret")
+		case !nkeys.IsValidPublicUserKey(a.PublicKey):
+			bad(at, "is not an nkey user public key (U… from loopgate keys new)")
+		case keyOf[a.PublicKey] != "":
+			bad(at, "is also the key of approver %s: each approver signs with their own key", keyOf[a.PublicKey])
+		default:
+			keyOf[a.PublicKey] = id
 		}
 	}
 
@@ -348,6 +380,58 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	slices.Sort(keys)
 	return keys
+}
+
+// httpSettings lists the HTTP providers' settings m has, by JSON name.
+func (m Model) httpSettings() []string {
+	var set []string
+	for _, f := range []struct {
+		name string
+		set  bool
+	}{
+		{"base_url", m.BaseURL != ""},
+		{"model", m.Name != ""},
+		{"api_key_env", m.APIKeyEnv != ""},
+		{"request_timeout", m.RequestTimeout != 0},
+		{"max_retries", m.MaxRetries != nil},
+		{"max_tokens", m.MaxTokens != 0},
+		{"strict", m.Strict != nil},
+	} {
+		if f.set {
+			set = append(set, f.name)
+		}
+	}
+	return set
+}
+
+// validateHTTPModel checks the settings of an openai or anthropic model at
+// the JSON pointer at.
+func validateHTTPModel(at string, m Model, bad func(field, format string, args ...any)) {
+	if m.Script != "" {
+		bad(at+"/script", "is a setting of the scripted provider, not of %s", m.Provider)
+	}
+	if m.Name == "" {
+		bad(at+"/model", "is required: the model to ask, as the server names it")
+	}
+	if m.BaseURL != "" {
+		u, err := url.Parse(m.BaseURL)
+		switch {
+		case err != nil:
+			bad(at+"/base_url", "is not a URL: %v", err)
+		case u.Scheme != "http" && u.Scheme != "https", u.Host == "":
+			bad(at+"/base_url", "must be an absolute http or https URL")
+		case u.User != nil:
+			bad(at+"/base_url", "must not carry credentials: name the key's variable in api_key_env")
+		case u.RawQuery != "" || u.Fragment != "":
+			bad(at+"/base_url", "must not have a query or fragment")
+		}
+	}
+	if m.RequestTimeout < 0 {
+		bad(at+"/request_timeout", "must be positive")
+	}
+	if m.Strict != nil && m.Provider != "openai" {
+		bad(at+"/strict", "is a setting of the openai provider")
+	}
 }
 
 // escape escapes one JSON pointer reference token (RFC 6901).

@@ -318,8 +318,8 @@ func TestLoadRejectsBadConfigNamingTheField(t *testing.T) {
 		},
 		{
 			name:    "unknown provider",
-			given:   edit(t, "provider: scripted", "provider: openai"),
-			wantErr: "/agents/helper/model/provider: must be scripted",
+			given:   edit(t, "provider: scripted", "provider: oracle"),
+			wantErr: "/agents/helper/model/provider: must be one of: scripted, openai, anthropic",
 		},
 		{
 			name:    "bad agent name",

@@ -15,6 +15,26 @@ type Task struct {
 	Input     json.RawMessage `json:"input"`
 	DryRun    bool            `json:"dry_run"`
 	Limits    *Limits         `json:"limits,omitempty"`
+	// SessionID joins the run to a session: it sees the compacted
+	// conversation of the session's earlier runs.
+	SessionID string `json:"session_id,omitempty"`
+	// Constraints are kept in the session as structured fields.
+	Constraints map[string]string `json:"constraints,omitempty"`
+}
+
+// SessionContext is what a run is shown of its session's earlier runs.
+type SessionContext struct {
+	ID          string            `json:"id"`
+	Summary     string            `json:"summary,omitempty"`
+	Turns       []SessionTurn     `json:"turns,omitempty"`
+	Constraints map[string]string `json:"constraints,omitempty"`
+}
+
+// SessionTurn is one remembered exchange of a session.
+type SessionTurn struct {
+	RunID string `json:"run_id"`
+	Role  string `json:"role"` // user | assistant | tool
+	Text  string `json:"text"`
 }
 
 // Principal is the identity a task acts for, asserted by the upstream system.
@@ -96,6 +116,8 @@ type StartedData struct {
 	Model   string   `json:"model"`
 	Limits  Limits   `json:"limits"`
 	Tools   []string `json:"tools"`
+	// Session is the session memory this run starts from.
+	Session *SessionContext `json:"session,omitempty"`
 }
 
 // ProposedData: the model's decision as loopgate understood it, or why it

@@ -14,6 +14,7 @@ const (
 	RoleUser        Role = "user"        // the task input
 	RoleAssistant   Role = "assistant"   // a decision the model made
 	RoleObservation Role = "observation" // what loopgate handed back
+	RoleSession     Role = "session"     // memory of the session's earlier runs (a SessionContext)
 )
 
 // Turn is one entry of the model's context, rebuilt from events.
@@ -193,6 +194,10 @@ func (s *RunState) Apply(e *Event) error {
 			return err
 		}
 		s.Started = &d
+		if d.Session != nil {
+			raw, _ := json.Marshal(d.Session)
+			s.History = append(s.History, Turn{Role: RoleSession, Content: raw})
+		}
 		s.History = append(s.History, Turn{Role: RoleUser, Content: d.Task.Input})
 	case TypeProposed:
 		var d ProposedData

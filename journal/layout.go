@@ -34,6 +34,11 @@ const (
 	// BucketRuns is the projection of runs for listing, per
 	// <tenant>.<run_id>; see Journal.PutRun.
 	BucketRuns = "loopgate_runs"
+	// BucketSessions holds the conversation memory of sessions per
+	// <tenant>.<session_id>: what earlier runs of a session were asked and
+	// answered, compacted to a byte budget. It is separate from the runs'
+	// work state (the events) by design.
+	BucketSessions = "loopgate_sessions"
 
 	// ConsumerWorkers is the one durable pull consumer on StreamWork that
 	// every worker of every process shares: a work-queue stream allows one
@@ -182,6 +187,12 @@ func (l Layout) buckets() []jetstream.KeyValueConfig {
 			Storage:        jetstream.FileStorage,
 			Replicas:       l.Replicas,
 			LimitMarkerTTL: markerTTL,
+		},
+		{
+			Bucket:      BucketSessions,
+			Description: "loopgate session memory per <tenant>.<session_id>",
+			Storage:     jetstream.FileStorage,
+			Replicas:    l.Replicas,
 		},
 		{
 			Bucket:      BucketRuns,

@@ -35,7 +35,8 @@ const readyTimeout = 10 * time.Second
 // StoreDir is required.
 type Config struct {
 	// Listen is the client address, host:port. Port 0 picks a free port.
-	// Defaults to 127.0.0.1 on a free port.
+	// Defaults to 127.0.0.1 on a free port, or with a ConfigFile to the
+	// file's listen (a free port if it names none).
 	Listen string
 	// StoreDir is the directory of the JetStream file store. Required.
 	StoreDir string
@@ -43,8 +44,17 @@ type Config struct {
 	// write) or a Go duration such as "2m". Defaults to "always".
 	SyncInterval string
 	// ServerName names the server in JetStream metadata and monitoring.
-	// Defaults to "loopgate".
+	// Defaults to the ConfigFile's server_name, else "loopgate".
 	ServerName string
+	// ConfigFile is a nats-server configuration file (the format of
+	// `nats-server -c`) to start from: accounts, users and permissions,
+	// TLS, limits. Listen, StoreDir and SyncInterval still decide where the
+	// server listens and stores, whatever the file says (its listen/port
+	// only when Listen is empty); JetStream is always on. An account whose
+	// users run loopgate needs `jetstream: enabled` in the file. See
+	// deploy/nats-accounts.conf. Defaults to "": no file, no
+	// authentication, one global account.
+	ConfigFile string
 	// Logger receives the server's log lines: warnings and errors at their
 	// levels, notices at Debug, the server's debug and trace output below
 	// Debug (enabled only if the logger is). Defaults to slog.Default().
@@ -52,9 +62,12 @@ type Config struct {
 }
 
 func (c Config) withDefaults() Config {
-	c.Listen = cmp.Or(c.Listen, "127.0.0.1:0")
+	if c.ConfigFile == "" {
+		// With a file, an empty Listen and ServerName leave the file's.
+		c.Listen = cmp.Or(c.Listen, "127.0.0.1:0")
+		c.ServerName = cmp.Or(c.ServerName, "loopgate")
+	}
 	c.SyncInterval = cmp.Or(c.SyncInterval, SyncAlways)
-	c.ServerName = cmp.Or(c.ServerName, "loopgate")
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -66,6 +79,17 @@ func (c Config) withDefaults() Config {
 func (c Config) options() (*server.Options, error) {
 	if c.StoreDir == "" {
 		return nil, errors.New("natsd: Config.StoreDir is required")
+	}
+	opts := &server.Options{}
+	if c.ConfigFile != "" {
+		fileOpts, err := server.ProcessConfigFile(c.ConfigFile)
+		if err != nil {
+			return nil, fmt.Errorf("natsd: Config.ConfigFile %q: %w", c.ConfigFile, err)
+		}
+		opts = fileOpts
+		if c.Listen == "" {
+			c.Listen = net.JoinHostPort(cmp.Or(opts.Host, "127.0.0.1"), strconv.Itoa(max(opts.Port, 0)))
+		}
 	}
 	host, portStr, err := net.SplitHostPort(c.Listen)
 	if err != nil {
@@ -81,14 +105,12 @@ func (c Config) options() (*server.Options, error) {
 	if host == "" {
 		host = "0.0.0.0" // Go's ":4222" means every interface; say so explicitly
 	}
-	opts := &server.Options{
-		ServerName: c.ServerName,
-		Host:       host,
-		Port:       port,
-		JetStream:  true,
-		StoreDir:   c.StoreDir,
-		NoSigs:     true, // the embedding process owns signal handling
-	}
+	opts.ServerName = cmp.Or(c.ServerName, opts.ServerName, "loopgate")
+	opts.Host, opts.Port = host, port
+	opts.JetStream = true
+	opts.StoreDir = c.StoreDir
+	opts.NoSigs = true // the embedding process owns signal handling
+	opts.SyncAlways, opts.SyncInterval = false, 0
 	if c.SyncInterval == SyncAlways {
 		opts.SyncAlways = true
 	} else {

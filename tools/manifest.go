@@ -1,7 +1,9 @@
 package tools
 
 import (
+	"bytes"
 	"encoding/json"
+	"fmt"
 
 	"github.com/loopgate/loopgate/events"
 )
@@ -40,8 +42,17 @@ type Manifest struct {
 	MaxCallsPerRun int `json:"max_calls_per_run,omitempty"`
 	// ParallelSafe lets calls of this (read-only) tool run concurrently.
 	ParallelSafe bool `json:"parallel_safe,omitempty"`
-	// Builtin names the Go implementation. Defaults to Name.
+	// Builtin names the Go implementation. Defaults to Name for a builtin
+	// executor; must be empty for any other.
 	Builtin string `json:"builtin,omitempty"`
+	// Executor says where the tool runs: a Go builtin in the worker, or a
+	// tool service reached by NATS request/reply. Defaults to builtin.
+	Executor Executor `json:"executor,omitzero"`
+	// ResultSchema is the JSON Schema a successful result must match; the
+	// config loader resolves a file path to its content. A result that
+	// does not match is a tool failure (ErrInvalidResult). Defaults to no
+	// check.
+	ResultSchema json.RawMessage `json:"result_schema,omitempty"`
 	// Approval says whether a call needs a human's approval of its exact
 	// arguments before it runs: "required" or "none". Defaults to required
 	// for write tools and none for read tools.
@@ -102,4 +113,56 @@ type View struct {
 	// MaxItems keeps at most this many items of an array result and says
 	// how many there were. Defaults to 0: no item bound beyond the byte bound.
 	MaxItems int `json:"max_items,omitempty"`
+}
+
+// Executor kinds, as Executor.Kind reports them.
+const (
+	ExecutorBuiltin = "builtin"
+	ExecutorNATS    = "nats"
+)
+
+// Executor says where a tool runs. The zero value is a Go builtin. In the
+// config it is written "builtin" (or left out) or {nats: <subject>}.
+type Executor struct {
+	// NATS is the subject a tool service answers calls on, by
+	// request/reply (see NATS executor in the README for the wire
+	// contract). Empty for a builtin.
+	NATS string `json:"nats,omitempty"`
+}
+
+// Kind is ExecutorNATS or ExecutorBuiltin.
+func (e Executor) Kind() string {
+	if e.NATS != "" {
+		return ExecutorNATS
+	}
+	return ExecutorBuiltin
+}
+
+// String is "builtin" or "nats:<subject>".
+func (e Executor) String() string {
+	if e.NATS != "" {
+		return ExecutorNATS + ":" + e.NATS
+	}
+	return ExecutorBuiltin
+}
+
+// UnmarshalJSON accepts "builtin" or {"nats": "<subject>"}, strictly.
+func (e *Executor) UnmarshalJSON(b []byte) error {
+	var kind string
+	if json.Unmarshal(b, &kind) == nil {
+		if kind != ExecutorBuiltin {
+			return fmt.Errorf("executor %q: want %q or {\"nats\": \"<subject>\"}", kind, ExecutorBuiltin)
+		}
+		*e = Executor{}
+		return nil
+	}
+	type plain Executor
+	var p plain
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&p); err != nil {
+		return fmt.Errorf("executor: %w", err)
+	}
+	*e = Executor(p)
+	return nil
 }

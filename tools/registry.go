@@ -3,6 +3,7 @@ package tools
 import (
 	"bytes"
 	"cmp"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,6 +17,7 @@ import (
 	"github.com/kaptinlin/jsonschema"
 
 	"github.com/loopgate/loopgate/events"
+	"github.com/loopgate/loopgate/schemas"
 )
 
 // Manifest defaults, applied by NewRegistry.
@@ -104,13 +106,18 @@ type Spec struct {
 }
 
 // NewRegistry checks every manifest, applies its defaults (Version "1",
-// Timeout 10s, Builtin = Name), binds it to its implementation in builtins
-// and compiles its argument schema. It fails on the first bad manifest
+// Timeout 10s, Builtin = Name for builtin executors), binds it to its
+// implementation — a builtin, or for executor nats a NATS request/reply
+// executor on the connection given by WithConn — and compiles its argument
+// and result schemas. It fails on the first bad manifest
 // with a *ManifestError (matching ErrInvalidManifest) naming the tool and
 // field: a missing or malformed name, description, permission or
 // args_schema; a duplicate name; a builtin that is not registered; a
 // negative timeout, max_calls_per_run or view.max_items; parallel_safe on
-// a write tool.
+// a write tool; a nats executor whose subject is not a plain subject, or
+// that has a builtin too, or no connection (WithConn); a result_schema
+// that does not compile. A resource's resolver must be a builtin or a tool
+// of the registry (a remote resolver is a tool no profile offers).
 //
 // The args_schema must be a JSON Schema (draft 2020-12 unless it says
 // otherwise) whose top level is "type":"object". Unknown arguments are
@@ -121,13 +128,24 @@ type Spec struct {
 // resolve is an error. "format" is asserted, not just annotated.
 //
 // manifests and builtins are not retained.
-func NewRegistry(manifests []Manifest, builtins Builtins) (*Registry, error) {
+func NewRegistry(manifests []Manifest, builtins Builtins, opts ...Option) (*Registry, error) {
+	var o registryOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	resolvable := make(map[string]bool, len(manifests)+len(builtins))
+	for name, fn := range builtins {
+		resolvable[name] = fn != nil
+	}
+	for _, m := range manifests {
+		resolvable[m.Name] = true
+	}
 	r := &Registry{tools: make(map[string]*Tool, len(manifests)), builtins: maps.Clone(builtins)}
 	for i, m := range manifests {
 		if _, dup := r.tools[m.Name]; dup {
 			return nil, &ManifestError{Tool: m.Name, Index: i, Field: "name", Reason: "name is already used by an earlier manifest"}
 		}
-		t, err := newTool(i, m, builtins)
+		t, err := newTool(i, m, builtins, resolvable, o)
 		if err != nil {
 			return nil, err
 		}
@@ -138,7 +156,15 @@ func NewRegistry(manifests []Manifest, builtins Builtins) (*Registry, error) {
 	return r, nil
 }
 
-func newTool(i int, m Manifest, builtins Builtins) (*Tool, error) {
+// Option configures NewRegistry.
+type Option func(*registryOptions)
+
+type registryOptions struct {
+	// conn carries the calls of nats executors.
+	conn Requester
+}
+
+func newTool(i int, m Manifest, builtins Builtins, resolvable map[string]bool, o registryOptions) (*Tool, error) {
 	bad := func(field, format string, args ...any) error {
 		return &ManifestError{Tool: m.Name, Index: i, Field: field, Reason: fmt.Sprintf(format, args...)}
 	}
@@ -164,15 +190,35 @@ func newTool(i int, m Manifest, builtins Builtins) (*Tool, error) {
 	if m.Timeout == 0 {
 		m.Timeout = events.Duration(DefaultTimeout)
 	}
-	m.Builtin = cmp.Or(m.Builtin, m.Name)
-	fn := builtins[m.Builtin]
-	if fn == nil {
-		return nil, bad("builtin", "builtin %q is not registered", m.Builtin)
+	var fn Func
+	switch m.Executor.Kind() {
+	case ExecutorNATS:
+		switch {
+		case m.Builtin != "":
+			return nil, bad("builtin", "builtin %q applies only to builtin executors; this tool's executor is %s", m.Builtin, m.Executor)
+		case !validSubject(m.Executor.NATS):
+			return nil, bad("executor", "executor nats subject %q must be dot-separated tokens with no spaces or wildcards", m.Executor.NATS)
+		case o.conn == nil:
+			return nil, bad("executor", "executor %s needs a NATS connection: build the registry with tools.WithConn", m.Executor)
+		}
+	default:
+		m.Builtin = cmp.Or(m.Builtin, m.Name)
+		if fn = builtins[m.Builtin]; fn == nil {
+			return nil, bad("builtin", "builtin %q is not registered", m.Builtin)
+		}
 	}
 	for j, res := range m.Resources {
-		if res.Arg == "" || builtins[res.Resolver] == nil {
-			return nil, bad(fmt.Sprintf("resources/%d", j), "resource argument %q needs a registered resolver builtin, not %q", res.Arg, res.Resolver)
+		if res.Arg == "" || !resolvable[res.Resolver] {
+			return nil, bad(fmt.Sprintf("resources/%d", j), "resource argument %q needs a resolver that is a registered builtin or a tool, not %q", res.Arg, res.Resolver)
 		}
+	}
+	var result *resultSchema
+	if len(m.ResultSchema) > 0 {
+		rs, err := compileResultSchema(m.ResultSchema)
+		if err != nil {
+			return nil, &ManifestError{Tool: m.Name, Index: i, Field: "result_schema", Reason: "result_schema does not compile", Err: err}
+		}
+		result = rs
 	}
 	params, fields, err := effectiveSchema(m.ArgsSchema)
 	if err != nil {
@@ -185,7 +231,14 @@ func newTool(i int, m Manifest, builtins Builtins) (*Tool, error) {
 	// The manifest keeps the schema as configured; Spec shows the
 	// effective one.
 	m.ArgsSchema = slices.Clone(m.ArgsSchema)
+	m.ResultSchema = slices.Clone(m.ResultSchema)
 	m.View.Fields = slices.Clone(m.View.Fields)
+	switch {
+	case m.Executor.Kind() == ExecutorNATS:
+		fn = natsFunc(o.conn, m, result)
+	case result != nil:
+		fn = checkedResult(fn, m.Name, result)
+	}
 	return &Tool{manifest: m, fn: fn, schema: schema, params: params, fields: fields}, nil
 }
 
@@ -255,10 +308,17 @@ func compileSchema(params json.RawMessage) (*jsonschema.Schema, error) {
 	return s, nil
 }
 
-// Resolver returns the builtin registered under name, for resource checks.
+// Resolver returns the resolver called name, for resource checks: the
+// builtin registered under name, else the registry's tool of that name (a
+// remote resolver is a nats tool that no profile offers).
 func (r *Registry) Resolver(name string) (Func, bool) {
-	fn, ok := r.builtins[name]
-	return fn, ok
+	if fn, ok := r.builtins[name]; ok {
+		return fn, ok
+	}
+	if t, ok := r.tools[name]; ok {
+		return t.fn, true
+	}
+	return nil, false
 }
 
 // Lookup returns the named tool.
@@ -303,3 +363,89 @@ func (t *Tool) Manifest() Manifest { return t.manifest }
 
 // Func returns t's implementation.
 func (t *Tool) Func() Func { return t.fn }
+
+// EffectiveSchema returns the argument schema a registry would validate
+// calls against and show the model for raw: canonical JSON, with
+// additionalProperties:false made explicit. Two schemas are the same
+// contract when their effective schemas are byte-equal. It fails like
+// NewRegistry's args_schema checks (not an object, no "type":"object",
+// additionalProperties other than false).
+func EffectiveSchema(raw json.RawMessage) (json.RawMessage, error) {
+	params, _, err := effectiveSchema(raw)
+	if err != nil {
+		return nil, fmt.Errorf("args_schema %w", err)
+	}
+	return params, nil
+}
+
+// ErrInvalidResult marks a tool result that does not match the manifest's
+// result_schema; errors.As a *ResultError for the field errors. The worker
+// treats it as an unexpected failure: a tool that breaks its own contract
+// is quarantined for the rest of the run.
+var ErrInvalidResult = errors.New("tool result does not match its result_schema")
+
+// ResultError says how a tool's result broke its result_schema.
+type ResultError struct {
+	Tool   string
+	Errors []events.FieldError
+}
+
+func (e *ResultError) Error() string {
+	msgs := make([]string, 0, len(e.Errors))
+	for _, fe := range e.Errors {
+		msgs = append(msgs, cmp.Or(fe.Field, "/")+": "+fe.Message)
+	}
+	return fmt.Sprintf("tool %q: %v: %s", e.Tool, ErrInvalidResult, strings.Join(msgs, "; "))
+}
+
+// Is makes every ResultError match ErrInvalidResult.
+func (e *ResultError) Is(target error) bool { return target == ErrInvalidResult }
+
+// resultSchema is a compiled result_schema. Validation is serialized: the
+// library rebuilds a patternProperties schema's caches on every validation
+// (see schemas.CompileBytes), and a result check costs microseconds.
+type resultSchema struct {
+	mu     sync.Mutex
+	schema *jsonschema.Schema
+}
+
+func compileResultSchema(raw json.RawMessage) (*resultSchema, error) {
+	s, err := schemas.CompileBytes(raw)
+	if err != nil {
+		return nil, err
+	}
+	if refs := s.UnresolvedReferenceURIs(); len(refs) > 0 {
+		return nil, fmt.Errorf("$ref %q does not resolve within the schema", refs[0])
+	}
+	return &resultSchema{schema: s}, nil
+}
+
+// check validates a result, as JSON.
+func (rs *resultSchema) check(tool string, result []byte) error {
+	rs.mu.Lock()
+	res := rs.schema.ValidateJSON(result)
+	rs.mu.Unlock()
+	if res.IsValid() {
+		return nil
+	}
+	return &ResultError{Tool: tool, Errors: schemas.Errors(res)}
+}
+
+// checkedResult wraps a builtin so its result is checked against the
+// manifest's result_schema; the result becomes the JSON it was checked as.
+func checkedResult(fn Func, tool string, rs *resultSchema) Func {
+	return func(ctx context.Context, call Call) (any, error) {
+		v, err := fn(ctx, call)
+		if err != nil {
+			return v, err
+		}
+		b, err := json.Marshal(v)
+		if err != nil {
+			return nil, fmt.Errorf("tool %q: result does not marshal: %w", tool, err)
+		}
+		if err := rs.check(tool, b); err != nil {
+			return nil, err
+		}
+		return json.RawMessage(b), nil
+	}
+}

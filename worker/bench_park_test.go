@@ -227,7 +227,7 @@ func benchParked(b *testing.B, server, interval string, n, sample int) {
 				}
 				d, err := approveAndTime(ctx, js, &pending, questions[runs[i]])
 				if err != nil {
-					errs <- err
+					errs <- fmt.Errorf("%w\n%s", err, st.describeRun(ctx, runs[i]))
 					return
 				}
 				lat[i] = d
@@ -552,6 +552,26 @@ func (st *benchStack) waitParked(ctx context.Context, parked *counter, total int
 			st.b.Fatalf("pool did not go idle: %v", ctx.Err())
 		}
 	}
+}
+
+// describeRun renders a run's trail, with the data of its last event and
+// the pool's log tail, for failure messages.
+func (st *benchStack) describeRun(ctx context.Context, runID string) string {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	evs, _, err := st.journal.Load(ctx, "cityops", runID)
+	if err != nil {
+		return fmt.Sprintf("load run %s: %v", runID, err)
+	}
+	var types []string
+	for _, e := range evs {
+		types = append(types, string(e.Type))
+	}
+	out := "trail: " + strings.Join(types, " ")
+	if len(evs) > 0 {
+		out += "\nlast event data: " + string(evs[len(evs)-1].Data)
+	}
+	return out + "\npool log tail:\n" + st.tail.String()
 }
 
 // serverHeap is the child server's heap in use, 0 in process.

@@ -277,6 +277,14 @@ func (r *run) executeGroup(ctx context.Context, group []*events.CallState, act a
 			// attempt, guided by the idempotency record, never by a blind
 			// re-run.
 			a.ex = c.Executing[len(c.Executing)-1]
+			// The recorded deadline has passed (that is why the attempt
+			// may be resumed). When the idempotency record shows the dead
+			// worker never claimed the operation, runWrite runs the tool
+			// now: give it a deadline of its own. The dead worker's would
+			// cancel the call before it starts and record a timeout (and
+			// a reconcile, and a second attempt) for a write that never
+			// began.
+			a.ex.Deadline = callDeadline(r.p.now(), r.deadline, m.Timeout.D()).UTC()
 			runs = append(runs, a)
 			continue
 		case act == actResume:

@@ -20,6 +20,7 @@ import (
 	"github.com/loopgate/loopgate/model"
 	"github.com/loopgate/loopgate/redact"
 	"github.com/loopgate/loopgate/schemas"
+	"github.com/loopgate/loopgate/sessions"
 	"github.com/loopgate/loopgate/tools"
 )
 
@@ -51,6 +52,9 @@ type Config struct {
 	// more than its events appended one by one (docs/durability.md).
 	// Defaults to false.
 	BatchEvents bool
+	// Summarizer compacts session memory past its budget. Defaults to
+	// sessions.Clip (no model: the first words of each exchange).
+	Summarizer sessions.Summarizer
 	// Crash is the fault-injection hook: called at each named point of a
 	// run (before:<event type>, after:<event type>, after:side_effect,
 	// after:idempotency_record, after:approved). Tests and the soak make
@@ -70,6 +74,9 @@ func (c *Config) setDefaults() {
 		c.IDs = events.UUIDv7
 	}
 	c.Heartbeat = cmp.Or(c.Heartbeat, 5*time.Second)
+	if c.Summarizer == nil {
+		c.Summarizer = sessions.Clip
+	}
 	c.TransientBackoff = cmp.Or(c.TransientBackoff, 250*time.Millisecond)
 	c.RetryDelay = cmp.Or(c.RetryDelay, 2*time.Second)
 }
@@ -116,6 +123,7 @@ type Pool struct {
 
 	approvals  *approvals.Store
 	idem       *idempotency.Store
+	sessions   *sessions.Store
 	maxDeliver int
 	advisories interface{ Unsubscribe() error }
 
@@ -206,6 +214,11 @@ func (p *Pool) Start(ctx context.Context) error {
 		return fmt.Errorf("worker: bucket %s: %w", journal.BucketIdempotency, err)
 	}
 	p.approvals, p.idem = approvals.NewStore(akv), idempotency.NewStore(ikv)
+	skv, err := p.js.KeyValue(ctx, journal.BucketSessions)
+	if err != nil {
+		return fmt.Errorf("worker: bucket %s: %w", journal.BucketSessions, err)
+	}
+	p.sessions = sessions.NewStore(skv)
 	acons, err := p.js.Consumer(ctx, journal.StreamApprovals, journal.ConsumerApprovals)
 	if err != nil {
 		return fmt.Errorf("worker: consumer %s on %s: %w", journal.ConsumerApprovals, journal.StreamApprovals, err)

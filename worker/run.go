@@ -144,12 +144,21 @@ func (r *run) flush(ctx context.Context) error {
 
 // start records the run's first event.
 func (r *run) start(ctx context.Context) error {
+	var session *events.SessionContext
+	if r.task.SessionID != "" {
+		s, _, err := r.p.sessions.Get(ctx, r.task.Tenant, r.task.SessionID)
+		if err != nil {
+			return err
+		}
+		session = s.Context()
+	}
 	err := r.append(ctx, events.TypeStarted, 0, "", "", events.StartedData{
 		Task:    r.task,
 		Profile: r.task.Agent,
 		Model:   r.profile.Model.Provider,
 		Limits:  r.limits,
 		Tools:   r.offered,
+		Session: session,
 	})
 	if err != nil {
 		return err
@@ -276,6 +285,11 @@ const minObservationBytes = 64
 
 // finish records the run's end.
 func (r *run) finish(ctx context.Context, s stop, final *events.FinalAnswer) error {
+	// The session remembers the run before the run is seen to end, so the
+	// next run of the session, started by whoever saw the end, finds it.
+	if final != nil && r.task.SessionID != "" {
+		r.remember(ctx, final)
+	}
 	err := r.append(ctx, events.TypeFinished, r.st.Steps, "", "", events.FinishedData{
 		Reason: s.reason,
 		Detail: s.detail,
@@ -310,5 +324,33 @@ func (p *Pool) putRun(ctx context.Context, st *events.RunState, task events.Task
 	}
 	if err := p.journal.PutRun(ctx, rec); err != nil {
 		p.log.WarnContext(ctx, "update run projection", "run_id", st.RunID, "err", err)
+	}
+}
+
+// remember adds this run's exchange to its session: what it was asked,
+// what its tools answered (bounded), and its answer. It is best effort:
+// the run is done whatever happens to the memory.
+func (r *run) remember(ctx context.Context, final *events.FinalAnswer) {
+	var input string
+	if err := json.Unmarshal(r.task.Input, &input); err != nil {
+		input = string(r.task.Input)
+	}
+	turns := []events.SessionTurn{{RunID: r.st.RunID, Role: "user", Text: input}}
+	for _, t := range r.st.History {
+		if t.Role == events.RoleObservation && t.CallID != "" {
+			text := string(t.Content)
+			if len(text) > 512 {
+				text = text[:512] + "…"
+			}
+			turns = append(turns, events.SessionTurn{RunID: r.st.RunID, Role: "tool", Text: t.Tool + ": " + text})
+		}
+	}
+	turns = append(turns, events.SessionTurn{RunID: r.st.RunID, Role: "assistant", Text: final.Summary})
+	for i := range turns {
+		turns[i].Text = r.p.redactString(turns[i].Text)
+	}
+	err := r.p.sessions.Record(ctx, r.task.Tenant, r.task.SessionID, r.st.RunID, turns, r.task.Constraints, r.profile.SessionBudgetBytes, r.p.opts.Summarizer, r.p.now())
+	if err != nil {
+		r.log.WarnContext(ctx, "record session memory", "session_id", r.task.SessionID, "err", err)
 	}
 }

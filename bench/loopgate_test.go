@@ -1,0 +1,993 @@
+package bench_test
+
+// BenchmarkLoopgate is issue 4's loopgate-level measure: on one embedded
+// server per fsync setting (sync=always, loopgate's default, and sync=2m,
+// JetStream's), in one run,
+//
+//   - raw/conc=C: the physical limit, conditional appends (journal.Append
+//     of one ~300-byte event, each writer on its own run, as
+//     BenchmarkConditionalAppend) by C writers at once;
+//   - <variant>/conc=C/pools=P: the CityOps happy path (scripted model: get
+//     the procedure, look the complaints up, three draft_escalation writes,
+//     answer) with C runs in flight at once (a closed loop: a run that
+//     finishes is replaced by the next task), worked on by P worker.Pool
+//     instances on connections of their own (P processes), each with
+//     Workers: C. Variants: approval=required is the happy path as
+//     configured, every draft approved by the supervisor as soon as its
+//     run's parked event is stored (the benchmark's approver follows the
+//     stream); approval=none is the same with draft_escalation's manifest
+//     set to approval "none": the host's own overhead without the approval
+//     round trips;
+//   - census/<variant>: a few runs with a subscription on every subject, to
+//     count what the host sends to the server per run (appends, KV
+//     operations, consumer creations, reads, acks, wake-ups) and stores;
+//   - server=process/<variant>/conc=C/pools=1: the happy path with the
+//     server in a child process (TCP on loopback), for the heap per active
+//     run of the pool alone.
+//
+//	go test -run '^$' -bench BenchmarkLoopgate -benchtime 1x ./bench
+//
+// One op of raw/… is rawAppendsPerOp appends; one op of a happy-path
+// sub-benchmark is a round of runs (lgRunsPerRound); -benchtime 1x does one
+// of each, the default benchtime as many as fill a second. Metrics:
+// events/s (events stored in LOOPGATE_EVENTS over the wall-clock time from
+// the first task published to the last run's finished event), tool-steps/s
+// (executed tool calls), runs/s, x-raw (events/s over raw/conc=C's appends/s
+// measured just before on the same server: the goal is ≥ 0.5 at C=64),
+// B/active-run (at C=64 only: heap in use with the runs in flight, after a
+// GC, minus the heap with the pools idle, over the runs in flight, the
+// median of three samples in an extra, untimed round of runs; in-process
+// it includes the server's share), events/run and writes/run (messages stored
+// in every stream, KV buckets included: each is an fsync under
+// sync=always). A table of everything is printed at the end.
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"os"
+	"os/exec"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"text/tabwriter"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/loopgate/loopgate/approvals"
+	"github.com/loopgate/loopgate/config"
+	"github.com/loopgate/loopgate/events"
+	"github.com/loopgate/loopgate/examples/cityops"
+	"github.com/loopgate/loopgate/internal/natstest"
+	"github.com/loopgate/loopgate/journal"
+	"github.com/loopgate/loopgate/natsd"
+	"github.com/loopgate/loopgate/tools"
+	"github.com/loopgate/loopgate/worker"
+)
+
+const (
+	// rawAppendsPerOp is one op of raw/conc=C: enough appends to last about
+	// a second under sync=always on this machine.
+	rawAppendsPerOp = 4096
+	// lgWarmupRuns are run before each measurement (at most lgWarmupConc at
+	// once), so first-use costs (consumers, buffers, caches) are not charged.
+	lgWarmupRuns = 8
+	lgWarmupConc = 8
+	// lgCensusRuns, at lgCensusRuns at once, are counted subject by subject.
+	lgCensusRuns = 8
+	// lgTenant, lgAgent and the principal are the CityOps happy path's.
+	lgTenant   = "cityops"
+	lgAgent    = "escalation-assistant"
+	lgApprover = "supervisor@cityops"
+	// lgStuck fails a measurement when no run finished for this long.
+	lgStuck = time.Minute
+	// lgToolSteps is the number of tool calls of one happy-path run.
+	lgToolSteps = 5
+	// lgHeapMinConc is the least concurrency the heap per active run is
+	// measured at: with one run in flight, the noise of a collected heap
+	// is larger than the run.
+	lgHeapMinConc = 8
+)
+
+// lgRunsPerRound is the number of runs of one op at each concurrency:
+// enough to reach a steady state, few enough to finish in seconds.
+func lgRunsPerRound(conc int) int {
+	if conc == 1 {
+		return 16
+	}
+	return 2 * conc
+}
+
+// lgVariant is a configuration of the happy path.
+type lgVariant struct {
+	name     string
+	approval bool // draft_escalation needs an approval (as configured)
+}
+
+var lgVariants = []lgVariant{{"approval=required", true}, {"approval=none", false}}
+
+var lgPoolCounts = []int{1, 2}
+
+// lgResult is one line of the table.
+type lgResult struct {
+	sync, variant string
+	where         string // in-process, or child process (TCP)
+	conc, pools   int
+	runs          int
+	events, steps int
+	writes        int
+	elapsed       time.Duration
+	heapPerRun    float64
+	inflight      int
+	raw           float64 // raw appends/s at conc under the same setting, 0 if not measured
+	isRaw         bool
+	rawAppends    int
+}
+
+func (r lgResult) eventsPerSec() float64 { return rate(r.events, r.elapsed) }
+
+// lgTable collects the results of the sub-benchmarks for the final table;
+// a sub-benchmark run again (default benchtime) replaces its line.
+type lgTable struct {
+	mu     sync.Mutex
+	order  []string
+	lines  map[string]lgResult
+	census map[string]string
+}
+
+func (t *lgTable) put(key string, r lgResult) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if _, ok := t.lines[key]; !ok {
+		t.order = append(t.order, key)
+	}
+	t.lines[key] = r
+}
+
+func BenchmarkLoopgate(b *testing.B) {
+	table := &lgTable{lines: map[string]lgResult{}, census: map[string]string{}}
+	for _, s := range syncSettings {
+		b.Run("sync="+s, func(b *testing.B) {
+			// AckWait 30s as in production (natstest's 5s is for tests): a
+			// run held through a long segment under load must not be
+			// redelivered to another worker.
+			env := natstest.StartWith(b, natstest.Options{SyncInterval: s, Layout: journal.Layout{AckWait: 30 * time.Second}})
+			srv := inProcess(env)
+			raw := map[int]float64{}
+			for _, conc := range concurrencies {
+				b.Run(fmt.Sprintf("raw/conc=%d", conc), func(b *testing.B) {
+					r := benchRawAppends(b, env.Journal, conc)
+					r.sync = s
+					raw[conc] = rate(r.rawAppends, r.elapsed)
+					table.put(b.Name(), r)
+				})
+			}
+			for _, v := range lgVariants {
+				for _, conc := range concurrencies {
+					for _, pools := range lgPoolCounts {
+						b.Run(fmt.Sprintf("%s/conc=%d/pools=%d", v.name, conc, pools), func(b *testing.B) {
+							r := benchHappyPath(b, srv, v, conc, pools)
+							r.sync, r.raw = s, raw[conc]
+							if r.raw > 0 {
+								b.ReportMetric(r.eventsPerSec()/r.raw, "x-raw")
+							}
+							table.put(b.Name(), r)
+						})
+					}
+				}
+			}
+			for _, v := range lgVariants {
+				b.Run("census/"+v.name, func(b *testing.B) {
+					c := benchCensus(b, srv, v)
+					table.mu.Lock()
+					defer table.mu.Unlock()
+					table.census[s+" "+v.name] = c
+				})
+			}
+			// The heap per active run without the server's: the same
+			// measure with nats-server in a child process (over TCP).
+			for _, v := range lgVariants {
+				conc := concurrencies[len(concurrencies)-1]
+				b.Run(fmt.Sprintf("server=process/%s/conc=%d/pools=1", v.name, conc), func(b *testing.B) {
+					r := benchHappyPath(b, startChildServer(b, s), v, conc, 1)
+					r.sync = s
+					table.put(b.Name(), r)
+				})
+			}
+		})
+	}
+	// b.Log of a benchmark with sub-benchmarks is shown only with -v.
+	fmt.Printf("\nBenchmarkLoopgate results (%s, GOMAXPROCS %d):\n%s\n", runtime.Version(), runtime.GOMAXPROCS(0), table.String())
+}
+
+// benchRawAppends is benchAppends with rawAppendsPerOp appends per op.
+func benchRawAppends(b *testing.B, j *journal.Journal, conc int) lgResult {
+	runs := make([]*simRun, conc)
+	for w := range runs {
+		runs[w] = newRun()
+	}
+	n := b.N * rawAppendsPerOp
+	elapsed := spread(b, conc, n, func(ctx context.Context, w int) error {
+		return runs[w].appendOne(ctx, j)
+	})
+	reportRates(b, elapsed, map[string]int{"events/s": n, "appends/s": n})
+	return lgResult{isRaw: true, conc: conc, rawAppends: n, elapsed: elapsed}
+}
+
+// lgServer is where a measurement runs: the embedded server in this
+// process (in-process connections) or in a child process (TCP).
+type lgServer struct {
+	where   string
+	connect func(name string) (*nats.Conn, error)
+	js      jetstream.JetStream // for stream states
+}
+
+func inProcess(env *natstest.Env) *lgServer {
+	return &lgServer{
+		where:   "in-process",
+		connect: func(name string) (*nats.Conn, error) { return env.Server.Connect(nats.Name(name)) },
+		js:      env.JS,
+	}
+}
+
+// The child process of server=process: this test binary run again with
+// these set serves the embedded server (see init).
+const (
+	lgChildDirEnv  = "LOOPGATE_BENCH_CHILD_NATSD_DIR"
+	lgChildSyncEnv = "LOOPGATE_BENCH_CHILD_NATSD_SYNC"
+)
+
+func init() {
+	if dir := os.Getenv(lgChildDirEnv); dir != "" {
+		os.Exit(childServerMain(dir, os.Getenv(lgChildSyncEnv)))
+	}
+}
+
+// childServerMain runs the embedded server on dir, prints its client URL
+// and serves until its stdin closes (the benchmark ended or died).
+func childServerMain(dir, interval string) int {
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	s, err := natsd.Start(natsd.Config{StoreDir: dir, SyncInterval: interval, Logger: log})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench server:", err)
+		return 1
+	}
+	defer s.Shutdown()
+	fmt.Println(s.ClientURL())
+	_, _ = io.Copy(io.Discard, os.Stdin)
+	return 0
+}
+
+// startChildServer starts the embedded server with the given fsync
+// setting in a child process, ensures loopgate's layout (AckWait 30s) and
+// returns it; connections to it are TCP on loopback. The heap of this
+// process is then the pools' and the benchmark's, not the server's.
+func startChildServer(b *testing.B, interval string) *lgServer {
+	b.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$", "-test.bench=^$")
+	cmd.Env = append(os.Environ(), lgChildDirEnv+"="+b.TempDir(), lgChildSyncEnv+"="+interval)
+	cmd.Stderr = os.Stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	// Registered before the connections' cleanups, so it runs after them.
+	b.Cleanup(func() {
+		_ = in.Close() // the child shuts down on EOF
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		select {
+		case err := <-done:
+			if err != nil {
+				b.Errorf("bench server process: %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+			b.Error("bench server process did not stop; killed")
+		}
+	})
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		b.Fatalf("bench server process: %v", err)
+	}
+	url := strings.TrimSpace(line)
+	connect := func(name string) (*nats.Conn, error) { return nats.Connect(url, nats.Name(name)) }
+	admin, err := connect("bench admin")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(admin.Close)
+	js, err := jetstream.New(admin, jetstream.WithDefaultTimeout(30*time.Second))
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := journal.Ensure(b.Context(), js, journal.Layout{AckWait: 30 * time.Second}); err != nil {
+		b.Fatal(err)
+	}
+	return &lgServer{where: "child process (TCP)", connect: connect, js: js}
+}
+
+// benchHappyPath measures one configuration: warm-up, heap baseline, then
+// b.N rounds of lgRunsPerRound(conc) runs with conc in flight.
+func benchHappyPath(b *testing.B, srv *lgServer, v lgVariant, conc, pools int) lgResult {
+	ctx, cancel := context.WithTimeout(b.Context(), 15*time.Minute)
+	defer cancel()
+	cfg := lgConfig(b, v.approval)
+	stop := startLGPools(b, srv, cfg, conc, pools)
+	defer stop()
+	d := newLGDriver(b, srv)
+	defer d.close()
+
+	if _, err := d.drive(ctx, "warm", lgWarmupRuns, min(conc, lgWarmupConc), nil); err != nil {
+		b.Fatalf("warm-up: %v", err)
+	}
+	before := streamSeqs(ctx, b, srv.js)
+	d.resetCounts()
+
+	total := b.N * lgRunsPerRound(conc)
+	b.ResetTimer()
+	elapsed, err := d.drive(ctx, "run", total, conc, nil)
+	b.StopTimer()
+	if err != nil {
+		b.Fatal(err)
+	}
+	after := streamSeqs(ctx, b, srv.js)
+	stored := int(after[journal.StreamEvents] - before[journal.StreamEvents])
+	writes := 0
+	for name, seq := range after {
+		writes += int(seq - before[name])
+	}
+	steps := d.counts()[events.TypeExecuted]
+	r := lgResult{
+		variant: v.name, where: srv.where, conc: conc, pools: pools, runs: total,
+		events: stored, steps: steps, writes: writes, elapsed: elapsed,
+	}
+	if conc >= lgHeapMinConc {
+		// Untimed: a GC with the runs in flight would stall them.
+		r.heapPerRun, r.inflight = heapPerActiveRun(ctx, b, d, conc)
+	}
+	b.ReportMetric(r.eventsPerSec(), "events/s")
+	b.ReportMetric(rate(steps, elapsed), "tool-steps/s")
+	b.ReportMetric(rate(total, elapsed), "runs/s")
+	if r.inflight > 0 {
+		b.ReportMetric(r.heapPerRun, "B/active-run")
+	}
+	b.ReportMetric(float64(stored)/float64(total), "events/run")
+	b.ReportMetric(float64(writes)/float64(total), "writes/run")
+	if steps != total*lgToolSteps {
+		b.Logf("%d tool steps for %d runs, want %d each", steps, total, lgToolSteps)
+	}
+	return r
+}
+
+// heapPerActiveRun takes the heap in use with the pools idle, runs another
+// round of lgRunsPerRound(conc) runs, conc at once, and samples the heap
+// when a quarter, half and three quarters of them have finished (their
+// replacements published): it returns the median of the growth per run in
+// flight, and the runs in flight.
+func heapPerActiveRun(ctx context.Context, b *testing.B, d *lgDriver, conc int) (float64, int) {
+	b.Helper()
+	heap0 := liveHeap()
+	total := lgRunsPerRound(conc)
+	var perRun []float64
+	inflight := 0
+	_, err := d.drive(ctx, "heap", total, conc, func(done, n int) {
+		if n == 0 || (done != total/4 && done != total/2 && done != 3*total/4) {
+			return
+		}
+		perRun = append(perRun, (float64(liveHeap())-float64(heap0))/float64(n))
+		inflight = max(inflight, n)
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if len(perRun) == 0 {
+		return 0, 0
+	}
+	slices.Sort(perRun)
+	return perRun[len(perRun)/2], inflight
+}
+
+// lgConfig is the CityOps configuration; without approval, draft_escalation
+// runs without asking anyone (still a write: idempotency record, operation
+// id, write-ahead executing event).
+func lgConfig(b *testing.B, approval bool) *config.Config {
+	b.Helper()
+	cfg, err := config.Load(cityops.Files, "loopgate.yaml")
+	if err != nil {
+		b.Fatal(err)
+	}
+	if !approval {
+		cfg.Tools = slices.Clone(cfg.Tools)
+		i := slices.IndexFunc(cfg.Tools, func(m tools.Manifest) bool { return m.Name == "draft_escalation" })
+		if i < 0 {
+			b.Fatal("no draft_escalation in the CityOps config")
+		}
+		cfg.Tools[i].Approval = tools.ApprovalNone
+	}
+	return cfg
+}
+
+// startLGPools starts pools worker pools on the server, each on a
+// connection of its own (as separate processes would be) with workers
+// workers, its own tools and outbox, and no logs. stop stops them.
+func startLGPools(b *testing.B, srv *lgServer, cfg *config.Config, workers, pools int) (stop func()) {
+	b.Helper()
+	var started []*worker.Pool
+	var conns []*nats.Conn
+	stop = func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		for _, p := range started {
+			if err := p.Stop(ctx); err != nil {
+				b.Logf("stop pool: %v", err)
+			}
+		}
+		for _, nc := range conns {
+			nc.Close()
+		}
+		started, conns = nil, nil
+	}
+	for i := range pools {
+		nc, err := srv.connect(fmt.Sprintf("bench pool %d", i+1))
+		if err != nil {
+			stop()
+			b.Fatal(err)
+		}
+		conns = append(conns, nc)
+		js, err := jetstream.New(nc, jetstream.WithDefaultTimeout(30*time.Second))
+		if err != nil {
+			stop()
+			b.Fatal(err)
+		}
+		j, err := journal.New(b.Context(), js)
+		if err != nil {
+			stop()
+			b.Fatal(err)
+		}
+		builtins := tools.Builtins{}
+		if err := cityops.Register(builtins, cityops.Options{Outbox: b.TempDir()}); err != nil {
+			stop()
+			b.Fatal(err)
+		}
+		reg, err := tools.NewRegistry(cfg.Tools, builtins)
+		if err != nil {
+			stop()
+			b.Fatal(err)
+		}
+		p, err := worker.New(worker.Deps{JS: js, Journal: j, App: cfg, Registry: reg},
+			&worker.Config{Workers: workers, Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			stop()
+			b.Fatal(err)
+		}
+		if err := p.Start(b.Context()); err != nil {
+			stop()
+			b.Fatal(err)
+		}
+		started = append(started, p)
+	}
+	return stop
+}
+
+// lgDriver plays the upstream system and the approver: it publishes tasks,
+// approves every draft as soon as its run is parked, and follows the runs
+// through an ordered consumer on LOOPGATE_EVENTS (stored events only,
+// after they are stored) filtered to the events it needs: approval
+// questions, parked runs, executed calls (the tool steps) and finished
+// runs.
+type lgDriver struct {
+	b     *testing.B
+	nc    *nats.Conn
+	js    jetstream.JetStream
+	store *approvals.Store
+	cc    jetstream.ConsumeContext
+	cons  string // the ordered consumer's name, for the census
+	id    string // unique per driver: task ids never repeat on a server
+
+	mu       sync.Mutex
+	types    map[events.Type]int
+	hashes   map[string]string // <run_id>.<call_id> → args hash, from approval_requested
+	approved map[string]bool   // <run_id>.<call_id> approvals published
+	finished chan lgEnd
+	failed   chan error
+	pending  sync.WaitGroup // approvals being published
+}
+
+type lgEnd struct {
+	runID  string
+	reason events.Reason
+	detail string
+}
+
+func newLGDriver(b *testing.B, srv *lgServer) *lgDriver {
+	b.Helper()
+	nc, err := srv.connect("bench driver")
+	if err != nil {
+		b.Fatal(err)
+	}
+	fail := func(err error) {
+		nc.Close()
+		b.Fatal(err)
+	}
+	js, err := jetstream.New(nc, jetstream.WithDefaultTimeout(30*time.Second))
+	if err != nil {
+		fail(err)
+	}
+	kv, err := js.KeyValue(b.Context(), journal.BucketApprovals)
+	if err != nil {
+		fail(err)
+	}
+	d := &lgDriver{
+		b: b, nc: nc, js: js, store: approvals.NewStore(kv), id: uuid.NewString()[:8],
+		types: map[events.Type]int{}, hashes: map[string]string{}, approved: map[string]bool{},
+		finished: make(chan lgEnd, 1<<16), failed: make(chan error, 16),
+	}
+	var filters []string
+	for _, t := range []events.Type{events.TypeApprovalRequested, events.TypeParked, events.TypeExecuted, events.TypeFinished} {
+		filters = append(filters, events.EventsPrefix+"."+lgTenant+".*."+string(t))
+	}
+	cons, err := js.OrderedConsumer(b.Context(), journal.StreamEvents, jetstream.OrderedConsumerConfig{
+		FilterSubjects: filters,
+		DeliverPolicy:  jetstream.DeliverNewPolicy,
+	})
+	if err != nil {
+		fail(err)
+	}
+	d.cons = cons.CachedInfo().Name
+	if d.cc, err = cons.Consume(d.onEvent); err != nil {
+		fail(err)
+	}
+	return d
+}
+
+func (d *lgDriver) close() {
+	d.pending.Wait()
+	d.cc.Stop()
+	d.nc.Close()
+}
+
+func (d *lgDriver) fail(err error) {
+	select {
+	case d.failed <- err:
+	default:
+	}
+}
+
+func (d *lgDriver) resetCounts() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.types = map[events.Type]int{}
+}
+
+func (d *lgDriver) counts() map[events.Type]int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return maps.Clone(d.types)
+}
+
+// onEvent runs for each stored event the driver follows, in stream order.
+func (d *lgDriver) onEvent(m jetstream.Msg) {
+	tok := strings.Split(m.Subject(), ".") // loopgate.events.<tenant>.<run_id>.<type>
+	if len(tok) != 5 {
+		return
+	}
+	runID, typ := tok[3], events.Type(tok[4])
+	d.mu.Lock()
+	d.types[typ]++
+	d.mu.Unlock()
+	if typ == events.TypeExecuted {
+		return
+	}
+	var e events.Event
+	if err := json.Unmarshal(m.Data(), &e); err != nil {
+		d.fail(fmt.Errorf("decode %s event of run %s: %w", typ, runID, err))
+		return
+	}
+	switch typ {
+	case events.TypeApprovalRequested:
+		var q events.ApprovalRequestedData
+		if err := e.Decode(&q); err != nil {
+			d.fail(err)
+			return
+		}
+		d.mu.Lock()
+		d.hashes[approvals.Key(runID, e.CallID)] = q.ArgsHash
+		d.mu.Unlock()
+	case events.TypeParked:
+		var p events.ParkedData
+		if err := e.Decode(&p); err != nil {
+			d.fail(err)
+			return
+		}
+		for _, callID := range p.Awaiting {
+			key := approvals.Key(runID, callID)
+			d.mu.Lock()
+			hash, done := d.hashes[key], d.approved[key]
+			d.approved[key] = true
+			delete(d.hashes, key)
+			d.mu.Unlock()
+			if done {
+				continue // parked again (a premature wake-up): already answered
+			}
+			d.pending.Add(1)
+			go func() {
+				defer d.pending.Done()
+				if err := d.approve(runID, callID, hash); err != nil {
+					d.fail(err)
+				}
+			}()
+		}
+	case events.TypeFinished:
+		var f events.FinishedData
+		if err := e.Decode(&f); err != nil {
+			d.fail(err)
+			return
+		}
+		d.finished <- lgEnd{runID: runID, reason: f.Reason, detail: f.Detail}
+	}
+}
+
+// approve publishes the supervisor's approval of the call's exact
+// arguments (the args hash of its question, from the pending entry if
+// the question was not seen).
+func (d *lgDriver) approve(runID, callID, hash string) error {
+	ctx, cancel := context.WithTimeout(d.b.Context(), 30*time.Second)
+	defer cancel()
+	if hash == "" {
+		e, _, err := d.store.Get(ctx, runID, callID)
+		if err != nil {
+			return fmt.Errorf("approve %s/%s: %w", runID, callID, err)
+		}
+		hash = e.ArgsHash
+	}
+	payload, err := json.Marshal(approvals.Message{
+		RunID: runID, CallID: callID, ArgsHash: hash,
+		Decision: approvals.Approve, Approver: approvals.Approver{ID: lgApprover},
+	})
+	if err != nil {
+		return err
+	}
+	if _, err := d.js.Publish(ctx, events.ApprovalSubject(lgTenant, runID, callID), payload); err != nil {
+		return fmt.Errorf("approve %s/%s: %w", runID, callID, err)
+	}
+	return nil
+}
+
+// drive runs total happy-path runs, conc at once: it publishes conc tasks,
+// then one more each time a run finishes, and returns the time from the
+// first publish to the last finished event. Each time a run finishes (and
+// its replacement is published), it calls sample, if not nil, with the
+// number of runs finished and the number in flight. Every run must finish
+// done.
+func (d *lgDriver) drive(ctx context.Context, phase string, total, conc int, sample func(done, inflight int)) (time.Duration, error) {
+	ours := make(map[string]bool, total)
+	var futures []jetstream.PubAckFuture
+	submitted := 0
+	submit := func() error {
+		taskID := fmt.Sprintf("bench-%s-%s-%06d", d.id, phase, submitted)
+		payload, err := json.Marshal(events.Task{
+			TaskID:    taskID,
+			Tenant:    lgTenant,
+			Principal: events.Principal{ID: "dev@cityops", Roles: []string{"operator"}},
+			Agent:     lgAgent,
+			Input:     json.RawMessage(`"Find the five oldest open sanitation complaints and draft an escalation for each one that qualifies."`),
+		})
+		if err != nil {
+			return err
+		}
+		f, err := d.js.PublishAsync(events.TaskSubject(lgTenant), payload, jetstream.WithMsgID(taskID), jetstream.WithStallWait(time.Minute))
+		if err != nil {
+			return fmt.Errorf("publish task %s: %w", taskID, err)
+		}
+		futures = append(futures, f)
+		ours[events.RunID(lgTenant, taskID)] = true
+		submitted++
+		return nil
+	}
+	t0 := time.Now()
+	for submitted < min(conc, total) {
+		if err := submit(); err != nil {
+			return 0, err
+		}
+	}
+	done := map[string]bool{}
+	var bad []string
+	stuck := time.NewTimer(lgStuck)
+	defer stuck.Stop()
+	for len(done) < total {
+		select {
+		case e := <-d.finished:
+			if !ours[e.runID] || done[e.runID] {
+				continue
+			}
+			done[e.runID] = true
+			if e.reason != events.ReasonDone {
+				bad = append(bad, fmt.Sprintf("run %s finished %s: %s", e.runID, e.reason, e.detail))
+			}
+			if submitted < total {
+				if err := submit(); err != nil {
+					return 0, err
+				}
+			}
+			if sample != nil {
+				sample(len(done), submitted-len(done))
+			}
+			stuck.Reset(lgStuck)
+		case err := <-d.failed:
+			return 0, err
+		case <-stuck.C:
+			return 0, fmt.Errorf("%s: %d of %d runs finished, none in the last %s; %s", phase, len(done), total, lgStuck, d.trail(ctx, ours, done))
+		case <-ctx.Done():
+			return 0, fmt.Errorf("%s: %d of %d runs finished: %w", phase, len(done), total, ctx.Err())
+		}
+	}
+	elapsed := time.Since(t0)
+	for _, f := range futures {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			return 0, fmt.Errorf("publish task: %w", err)
+		}
+	}
+	if len(bad) > 0 {
+		return 0, fmt.Errorf("%d of %d runs did not finish done; first: %s", len(bad), total, bad[0])
+	}
+	return elapsed, nil
+}
+
+// trail describes the events of one run of ours that did not finish, to
+// say where runs are stuck.
+func (d *lgDriver) trail(ctx context.Context, ours, done map[string]bool) string {
+	for runID := range ours {
+		if done[runID] {
+			continue
+		}
+		j, err := journal.New(ctx, d.js)
+		if err != nil {
+			return err.Error()
+		}
+		evs, _, err := j.Load(ctx, lgTenant, runID)
+		if err != nil {
+			return err.Error()
+		}
+		var sb strings.Builder
+		fmt.Fprintf(&sb, "run %s:", runID)
+		for _, e := range evs {
+			fmt.Fprintf(&sb, " %s", e.Type)
+			if e.Type == events.TypeApprovalRejected || e.Type == events.TypeFinished || e.Type == events.TypeRejected {
+				fmt.Fprintf(&sb, "%s", e.Data)
+			}
+		}
+		return sb.String()
+	}
+	return ""
+}
+
+// liveHeap is the heap in use after a garbage collection.
+func liveHeap() uint64 {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapAlloc
+}
+
+// streamSeqs is the last sequence of every stream (KV buckets included):
+// the difference of two is the number of messages stored meanwhile.
+func streamSeqs(ctx context.Context, b *testing.B, js jetstream.JetStream) map[string]uint64 {
+	b.Helper()
+	out := map[string]uint64{}
+	l := js.ListStreams(ctx)
+	for info := range l.Info() {
+		out[info.Config.Name] = info.State.LastSeq
+	}
+	if err := l.Err(); err != nil {
+		b.Fatal(err)
+	}
+	return out
+}
+
+// benchCensus runs lgCensusRuns runs at once on one pool with a
+// subscription on every subject of the account, and reports what went to
+// the server per run, by kind: loopgate's appends, KV writes and reads,
+// consumer creations and deletions (each Journal.Load of a run with more
+// than one event is an ordered consumer), pull requests, acks, wake-ups;
+// and messages stored per stream. It returns the census as text.
+func benchCensus(b *testing.B, srv *lgServer, v lgVariant) string {
+	ctx, cancel := context.WithTimeout(b.Context(), 5*time.Minute)
+	defer cancel()
+	cfg := lgConfig(b, v.approval)
+	stop := startLGPools(b, srv, cfg, lgCensusRuns, 1)
+	defer stop()
+	d := newLGDriver(b, srv)
+	defer d.close()
+	if _, err := d.drive(ctx, "warm", 2, 2, nil); err != nil {
+		b.Fatalf("warm-up: %v", err)
+	}
+
+	before := streamSeqs(ctx, b, srv.js)
+	spy, err := srv.connect("bench census")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer spy.Close()
+	var mu sync.Mutex
+	kinds := map[string]int{}
+	sub, err := spy.Subscribe(">", func(m *nats.Msg) {
+		k := subjectKind(m.Subject)
+		if r := strings.Split(m.Reply, "."); len(r) > 3 && r[0] == "$JS" && r[1] == "ACK" {
+			// A consumer's delivery: the spy sees it on the subject it was
+			// stored under; the reply names the stream and the consumer.
+			k = "~ delivered from " + r[2]
+			if r[3] == d.cons {
+				k = "~ delivered to the benchmark's driver"
+			}
+		} else if strings.HasSuffix(m.Subject, "."+d.cons) {
+			k = "~ the benchmark's driver: " + k
+		}
+		mu.Lock()
+		kinds[k]++
+		mu.Unlock()
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	_ = sub.SetPendingLimits(-1, -1)
+	if err := spy.Flush(); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := d.drive(ctx, "census", lgCensusRuns, lgCensusRuns, nil); err != nil {
+		b.Fatal(err)
+	}
+	d.pending.Wait()
+	// Let the last acks and deletions of ordered consumers arrive.
+	time.Sleep(500 * time.Millisecond)
+	_ = spy.Flush()
+	_ = sub.Unsubscribe()
+	after := streamSeqs(ctx, b, srv.js)
+
+	mu.Lock()
+	defer mu.Unlock()
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "census %s: per run (%d runs, %d at once, 1 pool), messages seen on the server by kind:\n", v.name, lgCensusRuns, lgCensusRuns)
+	w := tabwriter.NewWriter(&sb, 0, 0, 2, ' ', tabwriter.AlignRight)
+	keys := make([]string, 0, len(kinds))
+	for k := range kinds {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	per := func(n int) float64 { return float64(n) / lgCensusRuns }
+	for _, k := range keys {
+		fmt.Fprintf(w, "  %s\t%.1f\t\n", k, per(kinds[k]))
+		b.ReportMetric(per(kinds[k]), metricName(k)+"/run")
+	}
+	fmt.Fprintf(w, "  stored, by stream:\t\t\n")
+	names := make([]string, 0, len(after))
+	for name := range after {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		if n := after[name] - before[name]; n > 0 {
+			fmt.Fprintf(w, "  %s\t%.1f\t\n", name, per(int(n)))
+		}
+	}
+	_ = w.Flush()
+	return sb.String()
+}
+
+// subjectKind classifies a subject for the census.
+func subjectKind(s string) string {
+	tok := strings.Split(s, ".")
+	at := func(i int) string {
+		if i < len(tok) {
+			return tok[i]
+		}
+		return ""
+	}
+	switch {
+	case at(0) == "_INBOX":
+		return "~ replies and deliveries (_INBOX)"
+	case at(0) == "loopgate" && at(1) == "events":
+		return "loopgate.events (append " + at(4) + ")"
+	case at(0) == "loopgate":
+		return "loopgate." + at(1)
+	case at(0) == "$KV":
+		return "$KV." + at(1) + " (KV write)"
+	case at(0) == "$JS" && at(1) == "API" && at(2) == "DIRECT":
+		return "$JS.API.DIRECT.GET." + at(4)
+	case at(0) == "$JS" && at(1) == "API" && at(2) == "CONSUMER":
+		if at(3) == "MSG" {
+			return "$JS.API.CONSUMER.MSG.NEXT." + at(5)
+		}
+		return "$JS.API.CONSUMER." + at(3) + "." + at(4)
+	case at(0) == "$JS" && at(1) == "API" && at(2) == "STREAM":
+		if at(3) == "MSG" {
+			return "$JS.API.STREAM.MSG." + at(4) + "." + at(5)
+		}
+		return "$JS.API.STREAM." + at(3) + "." + at(4)
+	case at(0) == "$JS" && at(1) == "API":
+		return "$JS.API." + at(2)
+	case at(0) == "$JS" && at(1) == "ACK":
+		return "$JS.ACK." + at(2) + " (ack, nak, in-progress)"
+	case at(0) == "$JS" && at(1) == "EVENT":
+		return "$JS.EVENT (advisories)"
+	case at(0) == "$JS" && at(1) == "FC":
+		return "$JS.FC (flow control)"
+	case at(0) == "$KV" || at(0) == "$JS":
+		return at(0) + "." + at(1)
+	}
+	return at(0) + "." + at(1)
+}
+
+// metricName turns a census kind into a metric unit (no spaces).
+func metricName(k string) string {
+	if i := strings.Index(k, " ("); i > 0 && !strings.HasPrefix(k, "loopgate.events") {
+		k = k[:i]
+	}
+	k = strings.NewReplacer(" ", "", "(", "", ")", "", "~", "").Replace(k)
+	return k
+}
+
+// String is the table of every result, by fsync setting.
+func (t *lgTable) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var sb strings.Builder
+	w := tabwriter.NewWriter(&sb, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(w, "sync\tconfiguration\truns\tevents/s\ttool-steps/s\truns/s\tx raw\tB/active-run\tevents/run\twrites/run\t")
+	for _, key := range t.order {
+		r := t.lines[key]
+		if r.isRaw {
+			fmt.Fprintf(w, "%s\traw conditional appends, conc=%d\t-\t%.0f\t-\t-\t1.00\t-\t-\t-\t\n", r.sync, r.conc, rate(r.rawAppends, r.elapsed))
+			continue
+		}
+		ratio := "-"
+		if r.raw > 0 {
+			ratio = fmt.Sprintf("%.2f", r.eventsPerSec()/r.raw)
+		}
+		heap := "-"
+		if r.inflight > 0 {
+			heap = fmt.Sprintf("%.0f", r.heapPerRun)
+		}
+		name := fmt.Sprintf("%s conc=%d pools=%d", r.variant, r.conc, r.pools)
+		if r.where != "in-process" {
+			name += ", server: " + r.where
+		}
+		fmt.Fprintf(w, "%s\t%s\t%d\t%.0f\t%.0f\t%.1f\t%s\t%s\t%.1f\t%.1f\t\n",
+			r.sync, name, r.runs, r.eventsPerSec(), rate(r.steps, r.elapsed),
+			rate(r.runs, r.elapsed), ratio, heap, float64(r.events)/float64(r.runs), float64(r.writes)/float64(r.runs))
+	}
+	_ = w.Flush()
+	fmt.Fprintln(&sb, "x raw: events/s over the raw conditional appends/s at the same concurrency, same server, same setting (goal ≥ 0.50 at conc=64).")
+	fmt.Fprintln(&sb, "B/active-run: heap in use (after a GC) with the runs in flight minus with the pools idle, per run in flight; in-process it includes the server's share.")
+	keys := make([]string, 0, len(t.census))
+	for k := range t.census {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		fmt.Fprintf(&sb, "\n[sync=%s] %s", k, t.census[k])
+	}
+	if len(t.lines) == 0 && len(t.census) == 0 {
+		return "(nothing measured)"
+	}
+	return sb.String()
+}

@@ -1,0 +1,185 @@
+// Package sessions is loopgate's conversation memory across runs. A task
+// that names a session_id starts from what the session's earlier runs were
+// asked and answered, kept in the loopgate_sessions KV bucket and bounded by
+// a byte budget. It is deliberately apart from a run's work state (its
+// events) and from any long-term memory: it holds what was said, compacted;
+// the events hold what was done.
+//
+// Compaction, when a session outgrows its budget: tool results go first
+// (they are the stalest and bulkiest), then the oldest exchanges are folded
+// into a summary by a pluggable Summarizer. Structured constraints are
+// fields, never prose: they are kept whole.
+package sessions
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/loopgate/loopgate/events"
+)
+
+// Session is one session's memory.
+type Session struct {
+	Tenant      string               `json:"tenant"`
+	ID          string               `json:"id"`
+	Summary     string               `json:"summary,omitempty"`
+	Turns       []events.SessionTurn `json:"turns,omitempty"`
+	Constraints map[string]string    `json:"constraints,omitempty"`
+	Runs        []string             `json:"runs,omitempty"`
+	Updated     time.Time            `json:"updated"`
+}
+
+// Context is what a run is shown of s.
+func (s *Session) Context() *events.SessionContext {
+	return &events.SessionContext{ID: s.ID, Summary: s.Summary, Turns: s.Turns, Constraints: s.Constraints}
+}
+
+// Summarizer folds old turns into a summary. Implementations may call a
+// model; they must return when ctx is done.
+type Summarizer interface {
+	Summarize(ctx context.Context, previous string, turns []events.SessionTurn) (string, error)
+}
+
+// SummarizerFunc adapts a function to Summarizer.
+type SummarizerFunc func(ctx context.Context, previous string, turns []events.SessionTurn) (string, error)
+
+// Summarize calls f.
+func (f SummarizerFunc) Summarize(ctx context.Context, previous string, turns []events.SessionTurn) (string, error) {
+	return f(ctx, previous, turns)
+}
+
+// Clip is the default summarizer: no model, just the first words of each
+// folded turn, so the gist survives and the size is bounded.
+var Clip Summarizer = SummarizerFunc(func(_ context.Context, previous string, turns []events.SessionTurn) (string, error) {
+	var b strings.Builder
+	b.WriteString(previous)
+	for _, t := range turns {
+		if b.Len() > 0 {
+			b.WriteString(" | ")
+		}
+		text := t.Text
+		if r := []rune(text); len(r) > 80 {
+			text = string(r[:80]) + "…"
+		}
+		b.WriteString(t.Role + ": " + text)
+	}
+	s := b.String()
+	if r := []rune(s); len(r) > 1000 {
+		s = "…" + string(r[len(r)-1000:])
+	}
+	return s, nil
+})
+
+// Size is the bytes s takes as JSON: what its budget bounds.
+func (s *Session) Size() int {
+	b, _ := json.Marshal(s.Context())
+	return len(b)
+}
+
+// Compact shrinks s to budget bytes: tool turns first, oldest first; then
+// the oldest exchanges into the summary. Constraints are never touched.
+func (s *Session) Compact(ctx context.Context, budget int, sum Summarizer) error {
+	for s.Size() > budget {
+		i := -1
+		for j, t := range s.Turns {
+			if t.Role == "tool" {
+				i = j
+				break
+			}
+		}
+		if i < 0 {
+			break
+		}
+		s.Turns = append(s.Turns[:i], s.Turns[i+1:]...)
+	}
+	for s.Size() > budget && len(s.Turns) > 0 {
+		n := min(2, len(s.Turns)) // one exchange: the question and its answer
+		summary, err := sum.Summarize(ctx, s.Summary, s.Turns[:n])
+		if err != nil {
+			return fmt.Errorf("summarize session %s: %w", s.ID, err)
+		}
+		s.Summary, s.Turns = summary, s.Turns[n:]
+	}
+	return nil
+}
+
+// Store keeps sessions in the loopgate_sessions bucket.
+type Store struct {
+	kv jetstream.KeyValue
+}
+
+// NewStore wraps the bucket.
+func NewStore(kv jetstream.KeyValue) *Store { return &Store{kv: kv} }
+
+func key(tenant, id string) string { return tenant + "." + id }
+
+// Get returns a session and its revision; a new session has revision 0.
+func (st *Store) Get(ctx context.Context, tenant, id string) (*Session, uint64, error) {
+	e, err := st.kv.Get(ctx, key(tenant, id))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return &Session{Tenant: tenant, ID: id}, 0, nil
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("read session %s: %w", id, err)
+	}
+	var s Session
+	if err := json.Unmarshal(e.Value(), &s); err != nil {
+		return nil, 0, fmt.Errorf("decode session %s: %w", id, err)
+	}
+	return &s, e.Revision(), nil
+}
+
+// Record adds a finished run's exchange to its session, compacts it and
+// stores it by compare-and-set, retrying on a concurrent update. A run
+// already recorded is not added twice.
+func (st *Store) Record(ctx context.Context, tenant, id, runID string, turns []events.SessionTurn, constraints map[string]string, budget int, sum Summarizer, now time.Time) error {
+	for range 5 {
+		s, rev, err := st.Get(ctx, tenant, id)
+		if err != nil {
+			return err
+		}
+		for _, r := range s.Runs {
+			if r == runID {
+				return nil
+			}
+		}
+		s.Turns = append(s.Turns, turns...)
+		if len(constraints) > 0 {
+			if s.Constraints == nil {
+				s.Constraints = map[string]string{}
+			}
+			maps.Copy(s.Constraints, constraints)
+		}
+		s.Runs = append(s.Runs, runID)
+		if len(s.Runs) > 100 {
+			s.Runs = s.Runs[len(s.Runs)-100:]
+		}
+		s.Updated = now.UTC()
+		if err := s.Compact(ctx, budget, sum); err != nil {
+			return err
+		}
+		b, err := json.Marshal(s)
+		if err != nil {
+			return err
+		}
+		if rev == 0 {
+			_, err = st.kv.Create(ctx, key(tenant, id), b)
+		} else {
+			_, err = st.kv.Update(ctx, key(tenant, id), b, rev)
+		}
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, jetstream.ErrKeyExists) {
+			return fmt.Errorf("store session %s: %w", id, err)
+		}
+	}
+	return fmt.Errorf("store session %s: too many concurrent updates", id)
+}

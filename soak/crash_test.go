@@ -1,0 +1,305 @@
+//go:build soak
+
+package soak
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/loopgate/loopgate/events"
+	"github.com/loopgate/loopgate/natsd"
+)
+
+// crashExitCode is what a worker killed by LOOPGATE_CRASH_AT exits with.
+const crashExitCode = 86
+
+// crashCase is one crash point, armed either from the task's start or
+// only once the run reaches its first draft.
+type crashCase struct {
+	point string
+	// atDraft: an unarmed worker runs the task until it parks on the
+	// first draft's approval and stops; the armed worker takes over from
+	// the approval, so the point fires on the write path (the first
+	// executing, executed and observed it reaches are the draft's).
+	atDraft bool
+}
+
+func (c crashCase) String() string {
+	if c.atDraft {
+		return c.point + " @draft"
+	}
+	return c.point
+}
+
+// crashCases are the points of LOOPGATE_CRASH_AT, in the order a happy
+// run reaches them: before and after the append of each event type the
+// worker writes (approved is appended by the approvals consumer of the
+// same process; after:approved is also where it has recorded a decision
+// and not yet published the wake-up), and the two points inside a write,
+// between the tool's side effect and its record. A point fires the first
+// time the process reaches it: for executing, executed and observed that
+// is the first read (get_procedure), so those are run a second time armed
+// at the first draft, to crash around the write itself.
+func crashCases() []crashCase {
+	var cases []crashCase
+	add := func(points ...string) {
+		for _, p := range points {
+			cases = append(cases, crashCase{point: p})
+		}
+	}
+	for _, typ := range []events.Type{
+		events.TypeStarted, events.TypeProposed, events.TypeValidated, events.TypeExecuting, events.TypeExecuted,
+		events.TypeObserved, events.TypeApprovalRequested, events.TypeParked, events.TypeApproved,
+	} {
+		add("before:"+string(typ), "after:"+string(typ))
+	}
+	add("after:side_effect", "after:idempotency_record")
+	for _, typ := range []events.Type{events.TypeExecuting, events.TypeExecuted, events.TypeObserved} {
+		cases = append(cases, crashCase{point: "before:" + string(typ), atDraft: true}, crashCase{point: "after:" + string(typ), atDraft: true})
+	}
+	add("before:"+string(events.TypeFinished), "after:"+string(events.TypeFinished))
+	return cases
+}
+
+// crashRow is one line of the report.
+type crashRow struct {
+	point     string
+	outcome   string
+	crashedIn time.Duration // from the task's publish to the exit
+	doneIn    time.Duration // from the crash (or the publish) to finished
+	events    int
+	naks      int // deliveries handed back ("run interrupted") by the workers
+	notables  []string
+	failed    bool
+}
+
+// TestCrashAtEveryPoint runs the CityOps happy path in a worker process
+// that kills itself at one crash point, then in a fresh worker process,
+// for every point in turn, against one real nats-server (TCP, file store,
+// sync_interval always). For each it asserts that the run finishes done
+// with its three drafts, its events gapless, and no operation executed
+// twice (from the events, the idempotency records and inotify on the
+// outbox).
+func TestCrashAtEveryPoint(t *testing.T) {
+	base := t.TempDir()
+	srv, err := natsd.Start(natsd.Config{StoreDir: filepath.Join(base, "jetstream"), SyncInterval: natsd.SyncAlways})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	crashAtEveryPoint(t, base, []string{srv.ClientURL()}, 1)
+}
+
+// TestCrashAtEveryPointBatched is TestCrashAtEveryPoint on a 3-node
+// cluster with R3 streams, where workers append each step's events in one
+// atomic batch (loopgate turns batching on for replicated layouts): the
+// before:/after: points then fire around the batch that carries the
+// event, so a crash loses or keeps the whole step.
+func TestCrashAtEveryPointBatched(t *testing.T) {
+	base := t.TempDir()
+	nodes := startCluster(t, base, logDir(t), 3)
+	crashAtEveryPoint(t, base, clientURLs(nodes), 3)
+}
+
+func crashAtEveryPoint(t *testing.T, base string, urls []string, replicas int) {
+	loopgateBinary(t) // build before the clock starts
+	_, js := connect(t, urls)
+
+	var ap *approver
+	parent := t
+	var rows []*crashRow
+	defer func() { printCrashTable(t, rows) }()
+
+	for i, cc := range crashCases() {
+		point := cc.point
+		row := &crashRow{point: cc.String()}
+		name := strings.ReplaceAll(point, ":", "_")
+		if cc.atDraft {
+			name += "_at_draft"
+		}
+		ok := t.Run(name, func(t *testing.T) {
+			rows = append(rows, row)
+			data := filepath.Join(base, fmt.Sprintf("point-%02d", i))
+			logs := logDir(parent)
+			outbox := filepath.Join(data, "outbox")
+			watch := watchOutbox(t, outbox)
+			opts := workerOptions{natsURLs: urls, data: data, logDir: logs, workers: 2, replicas: replicas}
+
+			armed := opts
+			armed.name, armed.crashAt = fmt.Sprintf("%02d-armed-%s", i, name), point
+			taskID := fmt.Sprintf("crash-%02d-%s-%d", i, strings.ReplaceAll(name, "_", "-"), time.Now().UnixNano())
+			runID := events.RunID(tenant, taskID)
+			ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+			defer cancel()
+			var w1 *proc
+			var began time.Time
+			if cc.atDraft {
+				// An unarmed worker takes the run to its first question.
+				pre := opts
+				pre.name = fmt.Sprintf("%02d-pre", i)
+				w0 := startWorker(t, pre)
+				if ap == nil {
+					ap = startApprover(parent, js)
+				}
+				parked := ap.hold(runID)
+				if _, err := submit(ctx, js, taskID); err != nil {
+					t.Fatal(err)
+				}
+				select {
+				case <-parked:
+				case <-time.After(90 * time.Second):
+					t.Fatalf("run %s did not park on its first draft; log %s:\n%s", runID, w0.logPath, tail(w0.logPath, 30))
+				}
+				if code := w0.stop(30 * time.Second); code != 0 {
+					t.Fatalf("unarmed worker exited %d on SIGTERM", code)
+				}
+				w1 = startWorker(t, armed)
+				began = time.Now()
+				ap.release(runID)
+			} else {
+				w1 = startWorker(t, armed)
+				if ap == nil {
+					ap = startApprover(parent, js) // the first worker created the streams; it lives as long as the test
+				}
+				began = time.Now()
+				if _, err := submit(ctx, js, taskID); err != nil {
+					t.Fatal(err)
+				}
+			}
+			t.Logf("point %s: task %s, run %s", cc, taskID, runID)
+
+			w2 := w1
+			crashedAt := began
+			select {
+			case <-w1.done:
+			case <-ap.finished(runID):
+				// A crash right after the finished event races with the
+				// approver seeing it: give the process a moment to die.
+				select {
+				case <-w1.done:
+				case <-time.After(3 * time.Second):
+				}
+			case <-ap.troubled:
+				t.Fatalf("approver: %v; log %s:\n%s", ap.trouble(), w1.logPath, tail(w1.logPath, 30))
+			case <-time.After(90 * time.Second):
+				row.outcome = "stuck"
+				t.Fatalf("the armed worker neither crashed nor finished the run in 90s; log %s:\n%s", w1.logPath, tail(w1.logPath, 30))
+			}
+			if w1.exited() {
+				crashedAt = w1.exitTime()
+				row.crashedIn = crashedAt.Sub(began)
+				if code := w1.code(); code != crashExitCode {
+					row.outcome = fmt.Sprintf("exit %d", code)
+					t.Fatalf("armed worker exited %d, not %d; log %s:\n%s", code, crashExitCode, w1.logPath, tail(w1.logPath, 30))
+				}
+				row.outcome = "crashed"
+				fresh := opts
+				fresh.name = fmt.Sprintf("%02d-fresh", i)
+				w2 = startWorker(t, fresh)
+			} else {
+				row.outcome = "not reached"
+			}
+
+			select {
+			case <-ap.finished(runID):
+				row.doneIn = time.Since(crashedAt)
+			case <-ap.troubled:
+				t.Fatalf("approver: %v\n%s\nlog %s:\n%s", ap.trouble(), diagnose(ctx, js, runID), w2.logPath, tail(w2.logPath, 30))
+			case <-time.After(2 * time.Minute):
+				row.outcome += ", not finished"
+				t.Fatalf("run %s did not finish within 2m of the %s; approver: %v\n%s\nlog %s:\n%s", runID, row.outcome, ap.trouble(), diagnose(ctx, js, runID), w2.logPath, tail(w2.logPath, 40))
+			}
+			// Nothing may be left behind: the work and approval messages
+			// the crashed worker held come back and are settled.
+			if err := waitDrained(ctx, js, 30*time.Second); err != nil {
+				t.Errorf("after the run finished: %v\n%s", err, diagnose(ctx, js, runID))
+			}
+			row.naks = len(grepLog(w2.logPath, `"msg":"run interrupted`))
+			if w2 != w1 {
+				row.naks += len(grepLog(w1.logPath, `"msg":"run interrupted`))
+			}
+			if code := w2.stop(30 * time.Second); code != 0 {
+				t.Errorf("worker %s exited %d on SIGTERM, want 0", w2.name, code)
+			}
+
+			all, err := readEvents(ctx, js, events.RunFilter(tenant, runID))
+			if err != nil {
+				t.Fatal(err)
+			}
+			rep := checkRun(runID, all[runID])
+			row.events, row.notables = rep.Events, rep.Notables
+			kv, err := js.KeyValue(ctx, "loopgate_idempotency")
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkIdempotency(ctx, kv, rep)
+			checkDrafts(outbox, rep)
+			drafts, temps := outboxFiles(t, outbox)
+			if len(drafts) != 3 || len(temps) != 0 {
+				rep.Problems = append(rep.Problems, fmt.Sprintf("outbox holds drafts %v and other files %v, want exactly 3 drafts", drafts, temps))
+			}
+			renames, tempWrites, overflow := watch.writes()
+			if overflow {
+				rep.Problems = append(rep.Problems, "inotify queue overflowed: write counts unknown")
+			}
+			for _, d := range drafts {
+				if renames[d] != 1 {
+					rep.Problems = append(rep.Problems, fmt.Sprintf("draft %s was written %d times", d, renames[d]))
+				}
+			}
+			if tempWrites != 3 {
+				rep.Problems = append(rep.Problems, fmt.Sprintf("the draft tool wrote %d times, want 3", tempWrites))
+			}
+			if tr := ap.trouble(); len(tr) > 0 {
+				rep.Problems = append(rep.Problems, tr...)
+			}
+			if len(rep.Problems) > 0 {
+				row.failed = true
+				t.Errorf("point %s, run %s:\n  %s\nevents:\n%s\nlog %s (last lines):\n%s", point, runID,
+					strings.Join(rep.Problems, "\n  "), renderTrail(all[runID]), w2.logPath, tail(w2.logPath, 25))
+			}
+		})
+		if !ok {
+			row.failed = true
+		}
+	}
+}
+
+func printCrashTable(t *testing.T, rows []*crashRow) {
+	var b strings.Builder
+	fmt.Fprintf(&b, "\n%-33s %-22s %9s %9s %6s %5s  %s\n", "crash point", "outcome", "crash at", "done in", "events", "naks", "recovery events")
+	for _, r := range rows {
+		verdict := r.outcome
+		if r.failed {
+			verdict += " FAIL"
+		} else if r.outcome != "" {
+			verdict += ", done"
+		}
+		crash := "-"
+		if r.outcome == "crashed" || strings.HasPrefix(r.outcome, "crashed") {
+			crash = r.crashedIn.Round(10 * time.Millisecond).String()
+		}
+		fmt.Fprintf(&b, "%-33s %-22s %9s %9s %6d %5d  %s\n", r.point, verdict, crash, r.doneIn.Round(10*time.Millisecond), r.events, r.naks, strings.Join(r.notables, "; "))
+	}
+	t.Log(b.String())
+}
+
+// renderTrail prints a run's events one per line, for failure messages.
+func renderTrail(evs []stored) string {
+	var b strings.Builder
+	for _, e := range evs {
+		fmt.Fprintf(&b, "  %3d %-18s %-6s %-18s %s\n", e.Seq, e.Type, e.CallID, e.Tool, clip(string(e.Data), 160))
+	}
+	return b.String()
+}
+
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}

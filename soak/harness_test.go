@@ -1,0 +1,1193 @@
+//go:build soak
+
+package soak
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
+
+	"github.com/loopgate/loopgate/events"
+)
+
+// tenant and agent of every task the soak submits: the CityOps happy path.
+const (
+	tenant = "cityops"
+	agent  = "escalation-assistant"
+	// drafter is the write tool of the happy path; its reconcile tool is
+	// draft_status.
+	drafter = "draft_escalation"
+	// supervisor may approve drafts (policy in examples/cityops/loopgate.yaml).
+	supervisor = "supervisor@cityops"
+	// happyEvents is the length of an undisturbed happy-path trail:
+	// started, two reads (5 events each), three approved drafts (8 each),
+	// proposed final and finished.
+	happyEvents = 1 + 2*5 + 3*8 + 2
+	// ackWait is the worker consumer's AckWait the soak runs with: a dead
+	// worker's message comes back after it.
+	ackWait = "2s"
+)
+
+// binDir holds the binaries built once for the whole package; logRoot
+// keeps every process's log after the test (SOAK_LOG_DIR, or a new
+// directory under the system's temp dir).
+var binDir, logRoot string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "loopgate-soak-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binDir = dir
+	logRoot = os.Getenv("SOAK_LOG_DIR")
+	if logRoot == "" {
+		logRoot, err = os.MkdirTemp("", "loopgate-soak-logs-")
+	} else {
+		err = os.MkdirAll(logRoot, 0o750)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	_ = os.RemoveAll(dir)
+	fmt.Printf("soak: process logs are in %s\n", logRoot)
+	os.Exit(code)
+}
+
+// logDir is the directory of a test's process logs, kept after the test.
+func logDir(t testing.TB) string {
+	t.Helper()
+	dir := filepath.Join(logRoot, strings.ReplaceAll(t.Name(), "/", "_"))
+	mustMkdir(t, dir)
+	return dir
+}
+
+// repoRoot is the module root: the soak package sits one level below it.
+func repoRoot(t testing.TB) string {
+	t.Helper()
+	root, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(root, "go.mod")); err != nil {
+		t.Fatalf("module root not found at %s: %v", root, err)
+	}
+	return root
+}
+
+var builds sync.Map // target -> *buildOnce
+
+type buildOnce struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+// build builds a main package of the module (or of a module it requires)
+// into binDir once, and returns the binary's path.
+func build(t testing.TB, name, pkg string) string {
+	t.Helper()
+	v, _ := builds.LoadOrStore(name, &buildOnce{})
+	b := v.(*buildOnce)
+	b.once.Do(func() {
+		goBin, err := exec.LookPath("go")
+		if err != nil {
+			goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
+		}
+		b.path = filepath.Join(binDir, name)
+		began := time.Now()
+		cmd := exec.Command(goBin, "build", "-o", b.path, pkg)
+		cmd.Dir = repoRoot(t)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			b.err = fmt.Errorf("go build %s: %v\n%s", pkg, err, out)
+			return
+		}
+		t.Logf("built %s (%s) in %s", name, pkg, time.Since(began).Round(time.Millisecond))
+		if name == "loopgate" {
+			// Other work may edit the example while the soak runs: the
+			// workers read a copy taken with the build.
+			b.err = os.CopyFS(filepath.Join(binDir, "cityops"), os.DirFS(filepath.Join(repoRoot(t), "examples", "cityops")))
+		}
+	})
+	if b.err != nil {
+		t.Fatal(b.err)
+	}
+	return b.path
+}
+
+func loopgateBinary(t testing.TB) string { return build(t, "loopgate", "./cmd/loopgate") }
+
+func natsServerBinary(t testing.TB) string {
+	return build(t, "nats-server", "github.com/nats-io/nats-server/v2")
+}
+
+// freePort returns a loopback TCP port that was free a moment ago.
+func freePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// proc is a child process of the test: a loopgate worker or a nats-server.
+// Its stdout and stderr go to a log file; ready is closed when a line
+// containing the readiness marker appears.
+type proc struct {
+	name    string
+	cmd     *exec.Cmd
+	logPath string
+	ready   chan struct{}
+	done    chan struct{}
+	began   time.Time
+
+	mu       sync.Mutex
+	exitCode int // valid once done is closed; -1 when killed by a signal
+	exitSig  syscall.Signal
+	exitedAt time.Time
+	lastLine string
+}
+
+// startProc starts bin with args and env (added to the test's own
+// environment, minus LOOPGATE_CRASH_AT), logging to logDir/name.log.
+func startProc(t testing.TB, name, logDir, marker, bin string, env []string, args ...string) *proc {
+	t.Helper()
+	p := &proc{name: name, logPath: filepath.Join(logDir, name+".log"), ready: make(chan struct{}), done: make(chan struct{})}
+	logFile, err := os.OpenFile(p.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, args...)
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "LOOPGATE_CRASH_AT=") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	cmd.Env = append(cmd.Env, env...)
+	pr, pw := io.Pipe()
+	cmd.Stdout, cmd.Stderr = pw, pw
+	if err := cmd.Start(); err != nil {
+		logFile.Close()
+		t.Fatalf("start %s: %v", name, err)
+	}
+	p.cmd, p.began = cmd, time.Now()
+	fmt.Fprintf(logFile, "### %s started at %s: %s %s (env %v)\n", name, p.began.Format(time.RFC3339Nano), bin, strings.Join(args, " "), env)
+	go func() {
+		sc := bufio.NewScanner(pr)
+		sc.Buffer(make([]byte, 64<<10), 4<<20)
+		readyOnce := sync.Once{}
+		for sc.Scan() {
+			line := sc.Text()
+			fmt.Fprintln(logFile, line)
+			p.mu.Lock()
+			p.lastLine = line
+			p.mu.Unlock()
+			if strings.Contains(line, marker) {
+				readyOnce.Do(func() { close(p.ready) })
+			}
+		}
+		_, _ = io.Copy(io.Discard, pr)
+	}()
+	go func() {
+		err := cmd.Wait()
+		pw.Close()
+		p.mu.Lock()
+		p.exitedAt = time.Now()
+		p.exitCode = cmd.ProcessState.ExitCode()
+		if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			p.exitSig = ws.Signal()
+		}
+		p.mu.Unlock()
+		fmt.Fprintf(logFile, "### %s exited at %s: %v\n", name, time.Now().Format(time.RFC3339Nano), err)
+		logFile.Close()
+		close(p.done)
+	}()
+	t.Cleanup(func() { p.kill() })
+	return p
+}
+
+// waitReady waits until the process logged its readiness marker.
+func (p *proc) waitReady(t testing.TB, timeout time.Duration) {
+	t.Helper()
+	select {
+	case <-p.ready:
+	case <-p.done:
+		t.Fatalf("%s exited (code %d) before it was ready; log %s:\n%s", p.name, p.code(), p.logPath, tail(p.logPath, 30))
+	case <-time.After(timeout):
+		t.Fatalf("%s not ready after %s; log %s:\n%s", p.name, timeout, p.logPath, tail(p.logPath, 30))
+	}
+}
+
+func (p *proc) code() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.exitCode
+}
+
+func (p *proc) exitTime() time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.exitedAt
+}
+
+func (p *proc) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// kill sends SIGKILL (if still running) and waits for the exit.
+func (p *proc) kill() {
+	if p.exited() {
+		return
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGKILL)
+	<-p.done
+}
+
+// stop sends SIGTERM and waits up to timeout for a clean exit, then kills.
+// It returns the exit code (-1 when it had to be killed).
+func (p *proc) stop(timeout time.Duration) int {
+	if p.exited() {
+		return p.code()
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+		return p.code()
+	case <-time.After(timeout):
+		p.kill()
+		return -1
+	}
+}
+
+// tail returns the last n lines of a file, for failure messages.
+func tail(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// grepLog returns the lines of a log that contain s.
+func grepLog(path, s string) []string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.Contains(l, s) {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// workerOptions say how to start one `loopgate worker` process.
+type workerOptions struct {
+	name     string
+	natsURLs []string
+	data     string // shared by every worker of a test: one outbox
+	logDir   string
+	workers  int
+	replicas int
+	crashAt  string // LOOPGATE_CRASH_AT; empty: no fault injection
+}
+
+// startWorker starts a worker process and waits until its pool consumes.
+func startWorker(t testing.TB, o workerOptions) *proc {
+	t.Helper()
+	var env []string
+	if o.crashAt != "" {
+		env = append(env, "LOOPGATE_CRASH_AT="+o.crashAt)
+	}
+	bin := loopgateBinary(t)
+	p := startProc(t, o.name, o.logDir, `"msg":"workers started"`, bin, env,
+		"worker",
+		"--nats", strings.Join(o.natsURLs, ","),
+		"--config", filepath.Join(binDir, "cityops", "loopgate.yaml"),
+		"--data", o.data,
+		"--workers", fmt.Sprint(o.workers),
+		"--ack-wait", ackWait,
+		"--replicas", fmt.Sprint(o.replicas),
+		"--log-format", "json",
+	)
+	p.waitReady(t, 60*time.Second)
+	return p
+}
+
+// connect opens a plain client connection, as any upstream system or
+// approver would, reconnecting forever across server failures.
+func connect(t testing.TB, urls []string) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	nc, err := nats.Connect(strings.Join(urls, ","), nats.Name("soak-"+t.Name()), nats.MaxReconnects(-1),
+		nats.ReconnectWait(250*time.Millisecond), nats.Timeout(5*time.Second))
+	if err != nil {
+		t.Fatalf("connect %v: %v", urls, err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc, jetstream.WithDefaultTimeout(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return nc, js
+}
+
+// taskJSON is a happy-path task as an upstream system writes it.
+func taskJSON(taskID string) []byte {
+	return fmt.Appendf(nil, `{"task_id":%q,"tenant":%q,"principal":{"id":"dev@cityops","roles":["operator"]},"agent":%q,"input":"escalate the oldest open sanitation complaints"}`,
+		taskID, tenant, agent)
+}
+
+// submit publishes a task with its task_id as Nats-Msg-Id, retrying while
+// the cluster fails over, and returns the run id.
+func submit(ctx context.Context, js jetstream.JetStream, taskID string) (string, error) {
+	err := retryPublish(ctx, js, "loopgate.tasks."+tenant, taskJSON(taskID), taskID)
+	return events.RunID(tenant, taskID), err
+}
+
+// retryPublish publishes with a message id until JetStream acknowledges
+// it or ctx ends. The message id makes a retry of a stored publish a no-op.
+func retryPublish(ctx context.Context, js jetstream.JetStream, subject string, data []byte, msgID string) error {
+	var last error
+	for {
+		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		_, err := js.Publish(pctx, subject, data, jetstream.WithMsgID(msgID))
+		cancel()
+		if err == nil {
+			return nil
+		}
+		last = err
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("publish %s: %w (last error: %v)", subject, ctx.Err(), last)
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// approval is the approval message as schemas/approval.schema.json has it.
+type approval struct {
+	RunID     string            `json:"run_id"`
+	CallID    string            `json:"call_id"`
+	ArgsHash  string            `json:"args_hash"`
+	Decision  string            `json:"decision"`
+	Approver  map[string]string `json:"approver"`
+	Reason    string            `json:"reason,omitempty"`
+	SignedAt  string            `json:"signed_at,omitempty"`
+	Signature string            `json:"signature,omitempty"`
+}
+
+// signer signs approvals as the example's supervisor, with the committed
+// example seed (examples/cityops/keys), following the wire contract in
+// approvals/signature.go: an ed25519 nkey signature, unpadded base64url,
+// over the RFC 8785 canonical JSON of approver, args_hash, call_id,
+// decision, reason, run_id and time (= signed_at). Signing keeps the soak
+// working whether or not the config requires signatures.
+type signer struct{ kp nkeys.KeyPair }
+
+// loadSigner returns the supervisor's signer, or nil when the example has
+// no key for them (approvals then go unsigned).
+func loadSigner(t testing.TB) *signer {
+	t.Helper()
+	seed, err := os.ReadFile(filepath.Join(binDir, "cityops", "keys", supervisor+".nk"))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	kp, err := nkeys.FromSeed(bytes.TrimSpace(seed))
+	if err != nil {
+		t.Fatalf("supervisor seed: %v", err)
+	}
+	return &signer{kp: kp}
+}
+
+func (s *signer) sign(a *approval) error {
+	if s == nil {
+		return nil
+	}
+	a.SignedAt = time.Now().UTC().Format("2006-01-02T15:04:05.000Z07:00")
+	// encoding/json sorts map keys; without HTML escaping, and for the
+	// ASCII values here, its output is the RFC 8785 canonical form.
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(map[string]string{
+		"approver": a.Approver["id"], "args_hash": a.ArgsHash, "call_id": a.CallID, "decision": a.Decision,
+		"reason": a.Reason, "run_id": a.RunID, "time": a.SignedAt,
+	}); err != nil {
+		return err
+	}
+	sig, err := s.kp.Sign(bytes.TrimSuffix(buf.Bytes(), []byte("\n")))
+	if err != nil {
+		return err
+	}
+	a.Signature = base64.RawURLEncoding.EncodeToString(sig)
+	return nil
+}
+
+// ending is how a run ended, as the approver saw its finished event.
+type ending struct {
+	Reason events.Reason
+	Detail string
+	At     time.Time
+}
+
+// approver plays supervisor@cityops for every run of a test: it follows
+// LOOPGATE_EVENTS through an ordered consumer (which survives server
+// failures, unlike a core subscription), and when a run parks on an
+// approval question it approves the exact arguments (the args_hash of the
+// approval_requested event) on the call's approvals subject. It also
+// records how each run finished.
+type approver struct {
+	t      testing.TB
+	js     jetstream.JetStream
+	ctx    context.Context
+	cancel context.CancelFunc
+	cc     jetstream.ConsumeContext
+	pubs   sync.WaitGroup
+	signer *signer
+	// troubled is closed at the first problem, so waits can fail fast.
+	troubled     chan struct{}
+	troubledOnce sync.Once
+
+	mu         sync.Mutex
+	questions  map[string]events.ApprovalRequestedData // run/call
+	sent       map[string]bool                         // run/call/round
+	ended      map[string]ending
+	waiters    map[string]chan struct{}
+	needsHuman []string
+	problems   []string
+	// Runs whose approvals are held back, the approvals held, and who
+	// waits for such a run to park.
+	held          map[string]bool
+	heldApprovals map[string][]func()
+	heldParked    map[string]chan struct{}
+	approvals  int
+	finishes   []time.Time
+}
+
+// startApprover starts following the events stream (the workers must have
+// created it).
+func startApprover(t testing.TB, js jetstream.JetStream) *approver {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	a := &approver{
+		t: t, js: js, ctx: ctx, cancel: cancel, signer: loadSigner(t), troubled: make(chan struct{}),
+		questions: map[string]events.ApprovalRequestedData{}, sent: map[string]bool{},
+		ended: map[string]ending{}, waiters: map[string]chan struct{}{},
+		held: map[string]bool{}, heldApprovals: map[string][]func(){}, heldParked: map[string]chan struct{}{},
+	}
+	prefix := "loopgate.events." + tenant + ".*."
+	cons, err := js.OrderedConsumer(ctx, "LOOPGATE_EVENTS", jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{prefix + "approval_requested", prefix + "parked", prefix + "approval_rejected", prefix + "finished"},
+		DeliverPolicy:  jetstream.DeliverAllPolicy,
+	})
+	if err != nil {
+		cancel()
+		t.Fatalf("approver: ordered consumer: %v", err)
+	}
+	a.cc, err = cons.Consume(a.handle, jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+		// Heartbeat misses and resets while a server is down are expected;
+		// the ordered consumer recreates itself where it left off.
+		t.Logf("approver: consume: %v", err)
+	}))
+	if err != nil {
+		cancel()
+		t.Fatalf("approver: consume: %v", err)
+	}
+	t.Cleanup(a.stop)
+	return a
+}
+
+func (a *approver) stop() {
+	a.cc.Stop()
+	a.cancel()
+	a.pubs.Wait()
+}
+
+func (a *approver) handle(msg jetstream.Msg) {
+	var e events.Event
+	if err := json.Unmarshal(msg.Data(), &e); err != nil {
+		a.problem("undecodable event on %s: %v", msg.Subject(), err)
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	defer func() {
+		if len(a.problems) > 0 || len(a.needsHuman) > 0 {
+			a.troubledOnce.Do(func() { close(a.troubled) })
+		}
+	}()
+	switch e.Type {
+	case events.TypeApprovalRejected:
+		// The soak's approvals are all valid: loopgate refusing one is a
+		// failure (the run would wait for its question to expire).
+		a.problems = append(a.problems, fmt.Sprintf("run %s call %s: approval rejected: %s", e.RunID, e.CallID, clip(string(e.Data), 300)))
+	case events.TypeApprovalRequested:
+		var q events.ApprovalRequestedData
+		if err := e.Decode(&q); err != nil {
+			a.problems = append(a.problems, err.Error())
+			return
+		}
+		a.questions[e.RunID+"/"+e.CallID] = q
+	case events.TypeParked:
+		var pd events.ParkedData
+		if err := e.Decode(&pd); err != nil {
+			a.problems = append(a.problems, err.Error())
+			return
+		}
+		for _, call := range pd.Awaiting {
+			q, ok := a.questions[e.RunID+"/"+call]
+			if !ok {
+				a.problems = append(a.problems, fmt.Sprintf("run %s parked on %s without an approval_requested event before it", e.RunID, call))
+				continue
+			}
+			if q.Kind != "approval" {
+				// An unknown outcome loopgate could not reconcile: a human
+				// would have to guess. The soak never guesses; it fails.
+				a.needsHuman = append(a.needsHuman, fmt.Sprintf("run %s call %s: %s", e.RunID, call, q.Why))
+				continue
+			}
+			key := fmt.Sprintf("%s/%s/%d", e.RunID, call, q.Round)
+			if a.sent[key] {
+				continue
+			}
+			a.sent[key] = true
+			a.approvals++
+			approve := a.approveFunc(e.RunID, call, q.ArgsHash, key)
+			if a.held[e.RunID] {
+				a.heldApprovals[e.RunID] = append(a.heldApprovals[e.RunID], approve)
+				if ch, ok := a.heldParked[e.RunID]; ok {
+					close(ch)
+					delete(a.heldParked, e.RunID)
+				}
+				continue
+			}
+			approve()
+		}
+	case events.TypeFinished:
+		var fd events.FinishedData
+		if err := e.Decode(&fd); err != nil {
+			a.problems = append(a.problems, err.Error())
+			return
+		}
+		if prev, ok := a.ended[e.RunID]; ok {
+			a.problems = append(a.problems, fmt.Sprintf("run %s finished twice: %s then %s", e.RunID, prev.Reason, fd.Reason))
+			return
+		}
+		now := time.Now()
+		a.ended[e.RunID] = ending{Reason: fd.Reason, Detail: fd.Detail, At: now}
+		a.finishes = append(a.finishes, now)
+		if ch, ok := a.waiters[e.RunID]; ok {
+			close(ch)
+			delete(a.waiters, e.RunID)
+		}
+	}
+}
+
+// approveFunc returns what publishes the approval of one call: signed
+// when it is sent, retried until JetStream stores it.
+func (a *approver) approveFunc(runID, call, hash, key string) func() {
+	return func() {
+		a.pubs.Go(func() {
+			m := approval{RunID: runID, CallID: call, ArgsHash: hash, Decision: "approve",
+				Approver: map[string]string{"id": supervisor}, Reason: "soak"}
+			if err := a.signer.sign(&m); err != nil {
+				a.problem("sign approval %s: %v", key, err)
+				return
+			}
+			payload, _ := json.Marshal(m)
+			ctx, cancel := context.WithTimeout(a.ctx, 2*time.Minute)
+			defer cancel()
+			subject := "loopgate.approvals." + tenant + "." + runID + "." + call
+			if err := retryPublish(ctx, a.js, subject, payload, "soak-approve/"+key); err != nil && a.ctx.Err() == nil {
+				a.problem("approve %s: %v", key, err)
+			}
+		})
+	}
+}
+
+// hold makes the approver keep its approvals of run to itself until
+// release; the channel is closed when the run parks on a question.
+func (a *approver) hold(runID string) <-chan struct{} {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.held[runID] = true
+	ch := make(chan struct{})
+	a.heldParked[runID] = ch
+	return ch
+}
+
+// release sends the approvals held for run and stops holding it.
+func (a *approver) release(runID string) {
+	a.mu.Lock()
+	fns := a.heldApprovals[runID]
+	delete(a.heldApprovals, runID)
+	delete(a.held, runID)
+	delete(a.heldParked, runID)
+	a.mu.Unlock()
+	for _, f := range fns {
+		f()
+	}
+}
+
+func (a *approver) problem(format string, args ...any) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.problems = append(a.problems, fmt.Sprintf(format, args...))
+	a.troubledOnce.Do(func() { close(a.troubled) })
+}
+
+// finished returns a channel closed when the run has finished.
+func (a *approver) finished(runID string) <-chan struct{} {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	ch := make(chan struct{})
+	if _, ok := a.ended[runID]; ok {
+		close(ch)
+		return ch
+	}
+	if w, ok := a.waiters[runID]; ok {
+		return w
+	}
+	a.waiters[runID] = ch
+	return ch
+}
+
+func (a *approver) ending(runID string) (ending, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	e, ok := a.ended[runID]
+	return e, ok
+}
+
+func (a *approver) finishedCount() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.ended)
+}
+
+func (a *approver) finishTimes() []time.Time {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return slices.Clone(a.finishes)
+}
+
+// trouble returns what the approver found wrong: needs_human questions
+// (unknown outcomes nobody could reconcile) and protocol problems.
+func (a *approver) trouble() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var out []string
+	for _, s := range a.needsHuman {
+		out = append(out, "needs_human question: "+s)
+	}
+	return append(out, a.problems...)
+}
+
+// stored is one message of LOOPGATE_EVENTS as a plain reader sees it.
+type stored struct {
+	events.Event
+	StreamSeq uint64
+	Subject   string
+	MsgID     string
+}
+
+// readEvents reads every event under filter, in stream order, grouped by
+// run, through an ordered consumer.
+func readEvents(ctx context.Context, js jetstream.JetStream, filter string) (map[string][]stored, error) {
+	cons, err := js.OrderedConsumer(ctx, "LOOPGATE_EVENTS", jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{filter},
+		DeliverPolicy:  jetstream.DeliverAllPolicy,
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := map[string][]stored{}
+	for {
+		batch, err := cons.Fetch(512, jetstream.FetchMaxWait(3*time.Second))
+		if err != nil {
+			return nil, err
+		}
+		n, pending := 0, uint64(1)
+		for m := range batch.Messages() {
+			n++
+			meta, err := m.Metadata()
+			if err != nil {
+				return nil, err
+			}
+			pending = meta.NumPending
+			var e events.Event
+			if err := json.Unmarshal(m.Data(), &e); err != nil {
+				return nil, fmt.Errorf("stream seq %d (%s): not an event: %w", meta.Sequence.Stream, m.Subject(), err)
+			}
+			out[e.RunID] = append(out[e.RunID], stored{Event: e, StreamSeq: meta.Sequence.Stream, Subject: m.Subject(), MsgID: m.Headers().Get("Nats-Msg-Id")})
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
+			return nil, err
+		}
+		if n == 0 || pending == 0 {
+			return out, nil
+		}
+	}
+}
+
+// opReport is what the events say about one write operation.
+type opReport struct {
+	CallID            string
+	Executing         int // write-ahead records (attempts begun)
+	FreshOK           int // executed ok by running the tool
+	ReusedOK          int // executed ok from the recorded result, tool not run
+	Unknown           int // executed unknown (an attempt's end was lost)
+	ReconciledApplied int
+	ReconciledNot     int
+	OtherStatus       []string
+	Approved          int
+	Observed          int
+}
+
+// ran is how many times the events show the tool taking effect: a fresh
+// ok, or a reconcile that found the effect of a lost attempt.
+func (o *opReport) ran() int { return o.FreshOK + o.ReconciledApplied }
+
+// runReport is the verdict on one run's events.
+type runReport struct {
+	RunID    string
+	Events   int
+	Reason   events.Reason
+	Ops      map[string]*opReport // by operation id, draft_escalation only
+	Notables []string             // recovery events: unknown, reconciled, approval_rejected
+	Problems []string
+}
+
+// reusedMarker is how loopgate's executed event says the tool was not run
+// again because the operation's recorded result exists.
+const reusedMarker = "already completed"
+
+// checkRun checks the wire contract and the happy path's outcome on one
+// run's events: gapless seq from 1, unique UUID v7 event ids, each on its
+// own subject with Nats-Msg-Id <run>/<seq>, started first and one finished
+// done last, three approved drafts each executed at most once.
+func checkRun(runID string, evs []stored) *runReport {
+	r := &runReport{RunID: runID, Events: len(evs), Ops: map[string]*opReport{}}
+	bad := func(format string, args ...any) { r.Problems = append(r.Problems, fmt.Sprintf(format, args...)) }
+	if len(evs) == 0 {
+		bad("no events")
+		return r
+	}
+	ids := map[string]bool{}
+	plain := make([]events.Event, len(evs))
+	finished := 0
+	for i, e := range evs {
+		plain[i] = e.Event
+		if e.Seq != uint64(i+1) {
+			bad("event %d (stream seq %d, %s) has seq %d: gap or duplicate", i+1, e.StreamSeq, e.Type, e.Seq)
+		}
+		if e.RunID != runID || e.Tenant != tenant {
+			bad("event %d belongs to %s/%s", e.Seq, e.Tenant, e.RunID)
+		}
+		if len(e.EventID) != 36 || e.EventID[14] != '7' || ids[e.EventID] {
+			bad("event %d has event id %q: want a unique UUID v7", e.Seq, e.EventID)
+		}
+		ids[e.EventID] = true
+		if want := events.EventSubject(tenant, runID, e.Type); e.Subject != want {
+			bad("event %d stored on %s, want %s", e.Seq, e.Subject, want)
+		}
+		if want := fmt.Sprintf("%s/%d", runID, e.Seq); e.MsgID != want {
+			bad("event %d has Nats-Msg-Id %q, want %q", e.Seq, e.MsgID, want)
+		}
+		if e.Type == events.TypeFinished {
+			finished++
+		}
+	}
+	if evs[0].Type != events.TypeStarted {
+		bad("first event is %s, not started", evs[0].Type)
+	}
+	if finished != 1 {
+		bad("%d finished events", finished)
+	}
+	lastEv := evs[len(evs)-1]
+	if lastEv.Type != events.TypeFinished {
+		bad("last event is %s, not finished", lastEv.Type)
+	} else {
+		var fd events.FinishedData
+		_ = lastEv.Decode(&fd)
+		r.Reason = fd.Reason
+		if fd.Reason != events.ReasonDone {
+			bad("finished %s (%s), not done", fd.Reason, fd.Detail)
+		}
+	}
+	if _, err := events.Fold(plain); err != nil {
+		bad("events do not fold: %v", err)
+	}
+
+	// Calls of the write tool, by call id, and their operations.
+	op := func(callID string) *opReport {
+		id := events.OperationID(runID, callID)
+		o, ok := r.Ops[id]
+		if !ok {
+			o = &opReport{CallID: callID}
+			r.Ops[id] = o
+		}
+		return o
+	}
+	for _, e := range evs {
+		if e.Tool != drafter {
+			// Reads: note how they recovered, nothing more to check.
+			switch e.Type {
+			case events.TypeExecuted:
+				var d events.ExecutedData
+				_ = e.Decode(&d)
+				if d.Status != events.ExecOK {
+					r.Notables = append(r.Notables, fmt.Sprintf("%d executed %s %s", e.Seq, d.Status, e.CallID))
+				}
+			case events.TypeApprovalRejected:
+				r.Notables = append(r.Notables, fmt.Sprintf("%d approval_rejected %s", e.Seq, e.CallID))
+			}
+			continue
+		}
+		switch e.Type {
+		case events.TypeValidated:
+			op(e.CallID)
+		case events.TypeApproved:
+			var d events.ApprovedData
+			_ = e.Decode(&d)
+			if d.Decision != "approve" {
+				bad("call %s decided %s, not approve", e.CallID, d.Decision)
+			}
+			op(e.CallID).Approved++
+		case events.TypeApprovalRejected:
+			var d events.ApprovalRejectedData
+			_ = e.Decode(&d)
+			r.Notables = append(r.Notables, fmt.Sprintf("%d approval_rejected %s %s", e.Seq, e.CallID, d.Class))
+		case events.TypeExecuting:
+			var d events.ExecutingData
+			_ = e.Decode(&d)
+			if d.OperationID != events.OperationID(runID, e.CallID) {
+				bad("executing %s names operation %s", e.CallID, d.OperationID)
+			}
+			op(e.CallID).Executing++
+		case events.TypeExecuted:
+			var d events.ExecutedData
+			_ = e.Decode(&d)
+			o := op(e.CallID)
+			switch {
+			case d.Status == events.ExecOK && strings.Contains(d.Message, reusedMarker):
+				o.ReusedOK++
+				r.Notables = append(r.Notables, fmt.Sprintf("%d executed ok (recorded result reused) %s", e.Seq, e.CallID))
+			case d.Status == events.ExecOK:
+				o.FreshOK++
+			case d.Status == events.ExecUnknown:
+				o.Unknown++
+				r.Notables = append(r.Notables, fmt.Sprintf("%d executed unknown %s", e.Seq, e.CallID))
+			default:
+				o.OtherStatus = append(o.OtherStatus, d.Status)
+				r.Notables = append(r.Notables, fmt.Sprintf("%d executed %s %s", e.Seq, d.Status, e.CallID))
+			}
+		case events.TypeReconciled:
+			var d events.ReconciledData
+			_ = e.Decode(&d)
+			o := op(e.CallID)
+			if d.Applied {
+				o.ReconciledApplied++
+			} else {
+				o.ReconciledNot++
+			}
+			r.Notables = append(r.Notables, fmt.Sprintf("%d reconciled applied=%v %s%s", e.Seq, d.Applied, e.CallID, map[bool]string{true: " error " + d.Error, false: ""}[d.Error != ""]))
+		case events.TypeObserved:
+			op(e.CallID).Observed++
+		}
+	}
+	if len(r.Ops) != 3 {
+		bad("%d %s calls, want 3", len(r.Ops), drafter)
+	}
+	for id, o := range r.Ops {
+		switch {
+		case o.Approved != 1:
+			bad("op %s (%s): approved %d times", id, o.CallID, o.Approved)
+		case o.Observed != 1:
+			bad("op %s (%s): observed %d times", id, o.CallID, o.Observed)
+		case o.ran() > 1:
+			bad("op %s (%s): the tool took effect %d times (fresh ok %d, reconciled applied %d)", id, o.CallID, o.ran(), o.FreshOK, o.ReconciledApplied)
+		case o.FreshOK+o.ReusedOK+o.ReconciledApplied != 1:
+			bad("op %s (%s): no single successful outcome: fresh %d, reused %d, reconciled applied %d, other %v", id, o.CallID, o.FreshOK, o.ReusedOK, o.ReconciledApplied, o.OtherStatus)
+		case len(o.OtherStatus) > 0:
+			bad("op %s (%s): executed with status %v", id, o.CallID, o.OtherStatus)
+		case o.Executing > 1 && o.ReconciledNot == 0:
+			bad("op %s (%s): %d attempts begun without a reconcile saying the first did not take effect", id, o.CallID, o.Executing)
+		}
+	}
+	return r
+}
+
+// checkIdempotency checks the loopgate_idempotency record of each
+// operation: completed, bound to the call's run.
+func checkIdempotency(ctx context.Context, kv jetstream.KeyValue, r *runReport) {
+	for id, o := range r.Ops {
+		entry, err := kv.Get(ctx, id)
+		if err != nil {
+			r.Problems = append(r.Problems, fmt.Sprintf("op %s: idempotency record: %v", id, err))
+			continue
+		}
+		var rec struct {
+			State  string `json:"state"`
+			RunID  string `json:"run_id"`
+			CallID string `json:"call_id"`
+		}
+		if err := json.Unmarshal(entry.Value(), &rec); err != nil || rec.State != "completed" || rec.RunID != r.RunID || rec.CallID != o.CallID {
+			r.Problems = append(r.Problems, fmt.Sprintf("op %s: idempotency record %s (err %v): want completed for %s/%s", id, entry.Value(), err, r.RunID, o.CallID))
+		}
+	}
+}
+
+// checkDrafts checks the outbox has exactly the run's three drafts, each
+// naming its operation.
+func checkDrafts(outbox string, r *runReport) {
+	for id := range r.Ops {
+		name := "escalation-" + id + ".txt"
+		b, err := os.ReadFile(filepath.Join(outbox, name))
+		if err != nil {
+			r.Problems = append(r.Problems, fmt.Sprintf("draft of op %s: %v", id, err))
+			continue
+		}
+		if !bytes.Contains(b, []byte("Operation: "+id+"\n")) || !bytes.HasPrefix(b, []byte("ESCALATION DRAFT")) {
+			r.Problems = append(r.Problems, fmt.Sprintf("draft %s does not look like the draft of op %s:\n%s", name, id, b))
+		}
+	}
+}
+
+// outboxFiles lists the outbox: drafts, and leftovers of interrupted writes.
+func outboxFiles(t testing.TB, outbox string) (drafts, temps []string) {
+	t.Helper()
+	entries, err := os.ReadDir(outbox)
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		switch n := e.Name(); {
+		case strings.HasPrefix(n, "escalation-") && strings.HasSuffix(n, ".txt"):
+			drafts = append(drafts, n)
+		default:
+			temps = append(temps, n)
+		}
+	}
+	sort.Strings(drafts)
+	return drafts, temps
+}
+
+// outboxWatch counts, through inotify, every write of a draft file: the
+// CityOps tool writes a temporary file and renames it into place, and
+// finds an existing draft without writing. So each rename into a draft's
+// name is one side effect of the tool, seen from outside loopgate; two
+// renames onto one name mean the operation ran twice.
+type outboxWatch struct {
+	f *os.File
+
+	mu       sync.Mutex
+	renames  map[string]int
+	temps    int
+	overflow bool
+	done     chan struct{}
+}
+
+func watchOutbox(t testing.TB, dir string) *outboxWatch {
+	t.Helper()
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	fd, err := syscall.InotifyInit1(syscall.IN_CLOEXEC | syscall.IN_NONBLOCK)
+	if err != nil {
+		t.Fatalf("inotify: %v", err)
+	}
+	if _, err := syscall.InotifyAddWatch(fd, dir, syscall.IN_MOVED_TO|syscall.IN_CREATE); err != nil {
+		syscall.Close(fd)
+		t.Fatalf("inotify watch %s: %v", dir, err)
+	}
+	w := &outboxWatch{f: os.NewFile(uintptr(fd), "inotify"), renames: map[string]int{}, done: make(chan struct{})}
+	go w.loop()
+	t.Cleanup(w.close)
+	return w
+}
+
+func (w *outboxWatch) loop() {
+	defer close(w.done)
+	buf := make([]byte, 256<<10)
+	for {
+		n, err := w.f.Read(buf)
+		if err != nil {
+			return
+		}
+		for off := 0; off+syscall.SizeofInotifyEvent <= n; {
+			ev := (*syscall.InotifyEvent)(unsafe.Pointer(&buf[off]))
+			nameBytes := buf[off+syscall.SizeofInotifyEvent : off+syscall.SizeofInotifyEvent+int(ev.Len)]
+			name := strings.TrimRight(string(nameBytes), "\x00")
+			w.mu.Lock()
+			switch {
+			case ev.Mask&syscall.IN_Q_OVERFLOW != 0:
+				w.overflow = true
+			case ev.Mask&syscall.IN_MOVED_TO != 0 && strings.HasPrefix(name, "escalation-"):
+				w.renames[name]++
+			case ev.Mask&syscall.IN_CREATE != 0 && strings.HasPrefix(name, ".escalation-"):
+				w.temps++
+			}
+			w.mu.Unlock()
+			off += syscall.SizeofInotifyEvent + int(ev.Len)
+		}
+	}
+}
+
+func (w *outboxWatch) close() {
+	_ = w.f.Close()
+	<-w.done
+}
+
+// writes returns how often each draft was renamed into place, the temp
+// files created, and whether the kernel dropped events.
+func (w *outboxWatch) writes() (map[string]int, int, bool) {
+	// Give the kernel's queue a moment to reach us.
+	time.Sleep(200 * time.Millisecond)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := make(map[string]int, len(w.renames))
+	for k, v := range w.renames {
+		out[k] = v
+	}
+	return out, w.temps, w.overflow
+}
+
+// processStats sums a worker log's lines of interest, for the report.
+func logCount(path string, substrings ...string) map[string]int {
+	out := map[string]int{}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return out
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		for _, s := range substrings {
+			if strings.Contains(l, s) {
+				out[s]++
+			}
+		}
+	}
+	return out
+}
+
+func mustMkdir(t testing.TB, dir string) {
+	t.Helper()
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// diagnose describes the work and approvals streams and consumers, for
+// failure messages about a run that did not move.
+func diagnose(ctx context.Context, js jetstream.JetStream, runID string) string {
+	var b strings.Builder
+	for _, sc := range [][2]string{{"LOOPGATE_WORK", "loopgate-workers"}, {"LOOPGATE_APPROVALS", "loopgate-approvals"}} {
+		st, err := js.Stream(ctx, sc[0])
+		if err != nil {
+			fmt.Fprintf(&b, "stream %s: %v\n", sc[0], err)
+			continue
+		}
+		si, err := st.Info(ctx, jetstream.WithSubjectFilter("loopgate.>"))
+		if err == nil {
+			fmt.Fprintf(&b, "stream %s: msgs %d, first %d, last %d, subjects %v\n", sc[0], si.State.Msgs, si.State.FirstSeq, si.State.LastSeq, si.State.Subjects)
+		}
+		c, err := st.Consumer(ctx, sc[1])
+		if err != nil {
+			fmt.Fprintf(&b, "consumer %s: %v\n", sc[1], err)
+			continue
+		}
+		ci, err := c.Info(ctx)
+		if err == nil {
+			fmt.Fprintf(&b, "consumer %s: pending %d, ack pending %d, redelivered %d, waiting %d, delivered %d, ack floor %d\n",
+				sc[1], ci.NumPending, ci.NumAckPending, ci.NumRedelivered, ci.NumWaiting, ci.Delivered.Stream, ci.AckFloor.Stream)
+		}
+	}
+	if kv, err := js.KeyValue(ctx, "loopgate_approvals"); err == nil {
+		if keys, err := kv.ListKeys(ctx); err == nil {
+			for k := range keys.Keys() {
+				if strings.HasPrefix(k, runID) {
+					if e, err := kv.Get(ctx, k); err == nil {
+						fmt.Fprintf(&b, "approval entry %s: %s\n", k, clip(string(e.Value()), 400))
+					}
+				}
+			}
+		}
+	}
+	return b.String()
+}
+
+// waitDrained waits until the worker and approvals consumers hold nothing:
+// no message pending delivery or awaiting an ack (scheduled expiry
+// wake-ups are not delivered until due, so they do not count).
+func waitDrained(ctx context.Context, js jetstream.JetStream, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	var last string
+	for {
+		drained := true
+		last = ""
+		for _, sc := range [][2]string{{"LOOPGATE_WORK", "loopgate-workers"}, {"LOOPGATE_APPROVALS", "loopgate-approvals"}} {
+			c, err := js.Consumer(ctx, sc[0], sc[1])
+			if err != nil {
+				return err
+			}
+			ci, err := c.Info(ctx)
+			if err != nil {
+				drained = false
+				last += fmt.Sprintf("%s: %v; ", sc[1], err)
+				continue
+			}
+			if ci.NumPending != 0 || ci.NumAckPending != 0 {
+				drained = false
+			}
+			last += fmt.Sprintf("%s: pending %d, ack pending %d, redelivered %d; ", sc[1], ci.NumPending, ci.NumAckPending, ci.NumRedelivered)
+		}
+		if drained {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("consumers not drained after %s: %s", timeout, last)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}

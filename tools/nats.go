@@ -1,0 +1,231 @@
+package tools
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+)
+
+// The NATS executor's request headers (the wire contract is in the
+// README). Header names are case-sensitive on NATS: send and read them
+// exactly as written here.
+const (
+	// HeaderTool is the tool's name, as the manifest and the model call it.
+	HeaderTool = "Loopgate-Tool"
+	// HeaderOperationID is the operation id loopgate minted from the run
+	// and call: the idempotency key of a write. Absent on resolver calls.
+	HeaderOperationID = "Loopgate-Operation-Id"
+	// HeaderRunID is the run's id.
+	HeaderRunID = "Loopgate-Run-Id"
+	// HeaderCallID is the call's id within the run ("s2c1"). Absent on
+	// resolver calls.
+	HeaderCallID = "Loopgate-Call-Id"
+	// HeaderTenant is the task's tenant.
+	HeaderTenant = "Loopgate-Tenant"
+	// HeaderPrincipal is the id of the principal the task runs for.
+	HeaderPrincipal = "Loopgate-Principal"
+	// HeaderDeadline is the instant loopgate stops waiting, RFC 3339 in
+	// UTC with milliseconds ("2026-11-30T10:00:02.123Z").
+	HeaderDeadline = "Loopgate-Deadline"
+	// HeaderTimeoutMS is the same deadline as whole milliseconds left when
+	// the request was sent: what a service whose clock differs from
+	// loopgate's should use.
+	HeaderTimeoutMS = "Loopgate-Timeout-Ms"
+)
+
+// DeadlineFormat is HeaderDeadline's layout: RFC 3339 with milliseconds.
+const DeadlineFormat = "2006-01-02T15:04:05.000Z07:00"
+
+// Requester sends one request and waits for its one reply until ctx is
+// done; it must return nats.ErrNoResponders when nobody is subscribed and
+// ctx's error when ctx ends first. *nats.Conn implements it.
+type Requester interface {
+	RequestMsgWithContext(ctx context.Context, msg *nats.Msg) (*nats.Msg, error)
+}
+
+// WithConn gives NewRegistry the connection that carries the calls of
+// tools whose executor is nats. NewRegistry refuses such a manifest
+// without one; builtins ignore it.
+func WithConn(nc Requester) Option {
+	return func(o *registryOptions) { o.conn = nc }
+}
+
+// RemoteError is a tool service's error reply: a reply carrying the micro
+// error headers Nats-Service-Error (Description) and
+// Nats-Service-Error-Code (Code). Codes 429 and 503 match ErrTransient: the
+// service says the call had no effect and a retry may succeed. Anything
+// else the worker treats as an unexpected failure (the tool is quarantined
+// for the run); Category names it without the service's words.
+type RemoteError struct {
+	// Tool and Subject say which call failed.
+	Tool, Subject string
+	// Code is Nats-Service-Error-Code; 0 when it is missing or not a number.
+	Code int
+	// Description is Nats-Service-Error as sent, cut to 512 bytes. It goes
+	// to the operator's log, never to the model.
+	Description string
+}
+
+func (e *RemoteError) Error() string {
+	return fmt.Sprintf("tool %q (nats %s): service error %d %s: %s", e.Tool, e.Subject, e.Code, e.Category(), e.Description)
+}
+
+// Is makes a 429 or 503 match ErrTransient.
+func (e *RemoteError) Is(target error) bool {
+	return target == ErrTransient && e.Transient()
+}
+
+// Transient reports whether a retry may cure the failure: 429 or 503.
+func (e *RemoteError) Transient() bool {
+	return e.Code == 429 || e.Code == 503
+}
+
+// Category names the failure in words safe to show anyone: bad_request
+// (400: the service refused arguments loopgate had validated, so the
+// manifest and the service disagree), rate_limited (429), unavailable
+// (503), service_error (anything else).
+func (e *RemoteError) Category() string {
+	switch e.Code {
+	case 400:
+		return "bad_request"
+	case 429:
+		return "rate_limited"
+	case 503:
+		return "unavailable"
+	}
+	return "service_error"
+}
+
+// maxDescription bounds an error reply's description as kept in errors.
+const maxDescription = 512
+
+// natsFunc is the executor of a tool served over NATS: one request/reply
+// on the manifest's subject per call, under the call's deadline (and never
+// longer than the manifest's timeout).
+//
+// It classifies how a call ended, for the worker: no responders and a
+// connection that is closed before the request is sent wrap ErrTransient
+// (nothing ran); the end of ctx returns ctx's error (a timeout: for a
+// write, the outcome is unknown); an error reply is a *RemoteError; a
+// reply that is not {"result": …}, or whose result breaks result_schema,
+// is an unexpected failure. The result is returned as json.RawMessage.
+func natsFunc(conn Requester, m Manifest, rs *resultSchema) Func {
+	tool, subject, timeout := m.Name, m.Executor.NATS, m.Timeout.D()
+	return func(ctx context.Context, call Call) (any, error) {
+		ctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		deadline, _ := ctx.Deadline()
+		left := time.Until(deadline)
+		if left <= 0 || ctx.Err() != nil {
+			return nil, fmt.Errorf("tool %q (nats %s): %w", tool, subject, ctxError(ctx))
+		}
+		msg := nats.NewMsg(subject)
+		msg.Data = call.Args
+		if len(msg.Data) == 0 {
+			msg.Data = []byte("{}")
+		}
+		for k, v := range map[string]string{
+			HeaderTool:        cmp.Or(call.Tool, tool),
+			HeaderOperationID: call.OperationID,
+			HeaderRunID:       call.RunID,
+			HeaderCallID:      call.CallID,
+			HeaderTenant:      call.Tenant,
+			HeaderPrincipal:   call.Principal,
+			HeaderDeadline:    deadline.UTC().Format(DeadlineFormat),
+			HeaderTimeoutMS:   strconv.FormatInt(max(left.Milliseconds(), 1), 10),
+		} {
+			if v != "" {
+				msg.Header.Set(k, v)
+			}
+		}
+		reply, err := conn.RequestMsgWithContext(ctx, msg)
+		if err != nil {
+			return nil, requestError(ctx, tool, subject, err)
+		}
+		return decodeReply(tool, subject, reply, rs)
+	}
+}
+
+// requestError classifies a request that got no reply.
+func requestError(ctx context.Context, tool, subject string, err error) error {
+	switch {
+	case ctx.Err() != nil:
+		// Whatever the client said, the deadline (or the worker stopping)
+		// ended the wait; the worker tells the two apart by its context.
+		return fmt.Errorf("tool %q (nats %s): %w (%w)", tool, subject, ctx.Err(), err)
+	case errors.Is(err, nats.ErrNoResponders):
+		return fmt.Errorf("%w: tool %q: no tool service answers on %s: %w", ErrTransient, tool, subject, err)
+	case errors.Is(err, nats.ErrConnectionClosed), errors.Is(err, nats.ErrConnectionDraining):
+		return fmt.Errorf("%w: tool %q (nats %s): request not sent: %w", ErrTransient, tool, subject, err)
+	}
+	return fmt.Errorf("tool %q (nats %s): request: %w", tool, subject, err)
+}
+
+// decodeReply turns a reply into a result or an error.
+func decodeReply(tool, subject string, reply *nats.Msg, rs *resultSchema) (any, error) {
+	desc, code := reply.Header.Get(micro.ErrorHeader), reply.Header.Get(micro.ErrorCodeHeader)
+	if desc != "" || code != "" {
+		n, _ := strconv.Atoi(strings.TrimSpace(code))
+		return nil, &RemoteError{Tool: tool, Subject: subject, Code: n, Description: bounded(desc, maxDescription)}
+	}
+	var body struct {
+		Result json.RawMessage `json:"result"`
+	}
+	if err := json.Unmarshal(reply.Data, &body); err != nil || body.Result == nil {
+		return nil, fmt.Errorf("tool %q (nats %s): reply is not a JSON object with a result member: %q", tool, subject, bounded(string(reply.Data), 128))
+	}
+	if rs != nil {
+		if err := rs.check(tool, body.Result); err != nil {
+			return nil, err
+		}
+	}
+	return body.Result, nil
+}
+
+// validSubject reports whether s is a subject one can publish on: tokens
+// separated by dots, none empty, no whitespace, no wildcard characters
+// (not even inside a token, where NATS would take them literally: the
+// config schema refuses them too).
+func validSubject(s string) bool {
+	if s == "" || len(s) > 255 {
+		return false
+	}
+	for tok := range strings.SplitSeq(s, ".") {
+		if tok == "" || strings.ContainsAny(tok, "*>") || strings.ContainsFunc(tok, unicode.IsSpace) {
+			return false
+		}
+	}
+	return true
+}
+
+// bounded cuts s to at most n bytes of valid UTF-8.
+func bounded(s string, n int) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	if len(s) <= n {
+		return s
+	}
+	cut := n
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
+}
+
+// ctxError is ctx's error, or DeadlineExceeded for a deadline that has
+// passed while ctx has not noticed yet.
+func ctxError(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return context.DeadlineExceeded
+}
