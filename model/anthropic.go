@@ -180,14 +180,13 @@ func (a *Anthropic) params(req Request) (anthropic.MessageNewParams, error) {
 		}
 	}
 	for _, s := range req.Tools {
-		schema := s.Parameters
-		if len(schema) == 0 {
-			schema = json.RawMessage(`{"type":"object","properties":{}}`)
+		schema, err := toolSchema(s)
+		if err != nil {
+			return anthropic.MessageNewParams{}, err
 		}
 		p.Tools = append(p.Tools, anthropic.ToolUnionParam{OfTool: &anthropic.ToolParam{
 			Name:        s.Name,
 			Description: anthropic.String(s.Description),
-			// The schema as the registry holds it, byte for byte.
 			InputSchema: param.Override[anthropic.ToolInputSchemaParam](schema),
 		}})
 	}

@@ -1,8 +1,12 @@
 package model_test
 
 import (
+	"net/http"
+	"net/url"
 	"strings"
 	"testing"
+
+	"github.com/loopgate/loopgate/tools"
 
 	"github.com/loopgate/loopgate/config"
 	"github.com/loopgate/loopgate/model"
@@ -158,5 +162,42 @@ func TestBuildAnthropicAgainstAnotherServer(t *testing.T) {
 	}
 	if resp.Name != "claude-haiku-4-5" {
 		t.Errorf("Name = %q, want the configured model (the pricing table's key)", resp.Name)
+	}
+}
+
+// redirect sends every request to the fake server instead, as if the fake
+// were the host the request names.
+type redirect struct{ to *url.URL }
+
+func (r redirect) RoundTrip(req *http.Request) (*http.Response, error) {
+	req = req.Clone(req.Context())
+	req.URL.Scheme, req.URL.Host = r.to.Scheme, r.to.Host
+	return http.DefaultTransport.RoundTrip(req)
+}
+
+func TestBuildDefaultsForOpenAIsOwnAPI(t *testing.T) {
+	t.Parallel()
+	// api.openai.com, reached through a transport that lands on the fake:
+	// the default key variable is read and sent, and strict mode is on.
+	f := newFakeOpenAI(t, "sk-from-the-env", []tools.Spec{statusSpec, lookupSpec})
+	f.strict = true
+	f.script(ok(answer{text: "hi"}))
+	to, _ := url.Parse(f.srv.URL)
+	m, err := model.BuildWith(config.Model{Provider: "openai", Name: "gpt-4.1-mini"}, model.Env{
+		LookupEnv:  env(map[string]string{"OPENAI_API_KEY": "sk-from-the-env"}),
+		HTTPClient: &http.Client{Transport: redirect{to}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Propose(t.Context(), newTrail(t, "x").request(1, statusSpec, lookupSpec)); err != nil {
+		t.Fatal(err)
+	}
+	req, _ := f.decode(0)
+	if s := req.Tools[0].Function.Strict; s == nil || !*s {
+		t.Errorf("%s: strict = %v, want true by default for api.openai.com", req.Tools[0].Function.Name, s)
+	}
+	if s := req.Tools[1].Function.Strict; s != nil {
+		t.Errorf("%s: strict = %v, want it left out: its schema does not fit strict mode", req.Tools[1].Function.Name, *s)
 	}
 }

@@ -184,8 +184,8 @@ func sameJSON(a, b []byte) bool {
 	return bytes.Equal(ca, cb)
 }
 
-// withoutSchemaKeyword is a schema without its root "$schema", as strict
-// mode sends it.
+// withoutSchemaKeyword is a schema without its root "$schema", as the
+// providers send it.
 func withoutSchemaKeyword(schema []byte) []byte {
 	var m map[string]json.RawMessage
 	if json.Unmarshal(schema, &m) != nil {
@@ -283,12 +283,10 @@ func (f *fakeOpenAI) check(h http.Header, body []byte) []string {
 			if tool.Type != "function" || tool.Function.Name != s.Name || tool.Function.Description != s.Description {
 				broken = append(broken, fmt.Sprintf("tools[%d] = %s %q %q, want function %q", i, tool.Type, tool.Function.Name, tool.Function.Description, s.Name))
 			}
-			want := []byte(s.Parameters)
-			if tool.Function.Strict != nil && *tool.Function.Strict {
-				if !f.strict {
-					broken = append(broken, fmt.Sprintf("tools[%d] is strict; strict mode is off", i))
-				}
-				want = withoutSchemaKeyword(want)
+			// Sent as validated, less the root "$schema" annotation.
+			want := withoutSchemaKeyword(s.Parameters)
+			if tool.Function.Strict != nil && *tool.Function.Strict && !f.strict {
+				broken = append(broken, fmt.Sprintf("tools[%d] is strict; strict mode is off", i))
 			}
 			if !sameJSON(tool.Function.Parameters, want) {
 				broken = append(broken, fmt.Sprintf("tools[%d] parameters = %s, want %s", i, tool.Function.Parameters, want))
@@ -498,8 +496,8 @@ func (f *fakeAnthropic) check(h http.Header, body []byte) []string {
 			if tool.Name != s.Name || tool.Description != s.Description {
 				broken = append(broken, fmt.Sprintf("tools[%d] = %q %q, want %q", i, tool.Name, tool.Description, s.Name))
 			}
-			if !sameJSON(tool.InputSchema, s.Parameters) {
-				broken = append(broken, fmt.Sprintf("tools[%d] input_schema = %s, want %s", i, tool.InputSchema, s.Parameters))
+			if want := withoutSchemaKeyword(s.Parameters); !sameJSON(tool.InputSchema, want) {
+				broken = append(broken, fmt.Sprintf("tools[%d] input_schema = %s, want %s", i, tool.InputSchema, want))
 			}
 		}
 	}

@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"net/url"
 	"os"
 	"strings"
@@ -83,6 +84,9 @@ type Env struct {
 	LookupEnv func(string) (string, bool)
 	// Logger is handed to the HTTP providers. Defaults to slog.Default().
 	Logger *slog.Logger
+	// HTTPClient is handed to the HTTP providers (a proxy, custom TLS).
+	// Defaults to a client of their own.
+	HTTPClient *http.Client
 }
 
 // BuildWith makes the model a profile asks for: "scripted", "openai" or
@@ -104,7 +108,7 @@ func BuildWith(m config.Model, env Env) (Model, error) {
 		if err != nil {
 			return nil, err
 		}
-		o, err := NewOpenAI(&OpenAIConfig{BaseURL: base, Model: m.Name, APIKey: key, Strict: m.Strict, MaxTokens: m.MaxTokens, Retry: retryOf(m), Logger: env.Logger})
+		o, err := NewOpenAI(&OpenAIConfig{BaseURL: base, Model: m.Name, APIKey: key, Strict: m.Strict, MaxTokens: m.MaxTokens, Retry: retryOf(m), Logger: env.Logger, HTTPClient: env.HTTPClient})
 		if err != nil {
 			return nil, fmt.Errorf("model: %w", err)
 		}
@@ -115,7 +119,7 @@ func BuildWith(m config.Model, env Env) (Model, error) {
 		if err != nil {
 			return nil, err
 		}
-		a, err := NewAnthropic(&AnthropicConfig{BaseURL: base, Model: m.Name, APIKey: key, MaxTokens: m.MaxTokens, Retry: retryOf(m), Logger: env.Logger})
+		a, err := NewAnthropic(&AnthropicConfig{BaseURL: base, Model: m.Name, APIKey: key, MaxTokens: m.MaxTokens, Retry: retryOf(m), Logger: env.Logger, HTTPClient: env.HTTPClient})
 		if err != nil {
 			return nil, fmt.Errorf("model: %w", err)
 		}

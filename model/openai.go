@@ -177,22 +177,17 @@ func (o *OpenAI) params(req Request) (openai.ChatCompletionNewParams, error) {
 		}
 	}
 	for _, s := range req.Tools {
-		schema := s.Parameters
-		if len(schema) == 0 {
-			schema = json.RawMessage(`{"type":"object","properties":{}}`)
-		}
-		fn := shared.FunctionDefinitionParam{Name: s.Name, Description: openai.String(s.Description)}
-		if o.strict {
-			if strictSchema, ok := forStrict(schema); ok {
-				schema = strictSchema
-				fn.Strict = openai.Bool(true)
-			}
-		}
-		params, err := functionParameters(schema)
+		schema, err := toolSchema(s)
 		if err != nil {
-			return openai.ChatCompletionNewParams{}, fmt.Errorf("tool %s: %w", s.Name, err)
+			return openai.ChatCompletionNewParams{}, err
 		}
-		fn.Parameters = params
+		fn := shared.FunctionDefinitionParam{Name: s.Name, Description: openai.String(s.Description), Parameters: make(shared.FunctionParameters, len(schema))}
+		for k, v := range schema {
+			fn.Parameters[k] = v
+		}
+		if o.strict && fitsStrict(schema) {
+			fn.Strict = openai.Bool(true)
+		}
 		p.Tools = append(p.Tools, openai.ChatCompletionFunctionTool(fn))
 	}
 	if len(p.Tools) > 0 {
@@ -203,21 +198,6 @@ func (o *OpenAI) params(req Request) (openai.ChatCompletionNewParams, error) {
 		p.MaxCompletionTokens = openai.Int(int64(o.maxTokens))
 	}
 	return p, nil
-}
-
-// functionParameters keeps each top-level value of the schema as the JSON
-// it is, so numbers and key order below the top level reach the server
-// untouched.
-func functionParameters(schema json.RawMessage) (shared.FunctionParameters, error) {
-	var top map[string]json.RawMessage
-	if err := json.Unmarshal(schema, &top); err != nil {
-		return nil, fmt.Errorf("parameters schema is not a JSON object: %w", err)
-	}
-	params := make(shared.FunctionParameters, len(top))
-	for k, v := range top {
-		params[k] = v
-	}
-	return params, nil
 }
 
 // openAICallIDs returns the tool-call ids of an assistant message as an
@@ -319,28 +299,27 @@ func transportFailure(err error) failure {
 	return failure{err: err, retryable: errors.As(err, &uerr)}
 }
 
-// forStrict returns the schema to send in strict mode, and whether strict
-// mode can take it. Strict mode constrains decoding to a subset of JSON
-// Schema in which every object lists all its properties as required and
-// sets additionalProperties to false; keywords outside the subset
-// (minLength, pattern, default, oneOf… the subset differs by model) make
-// the server refuse the request. So only schemas built from the keywords
-// below are sent strict; any other is sent as it is, non-strict —
-// loopgate validates every call either way. The root's "$schema" is
-// dropped from a strict schema: it is an annotation.
-func forStrict(schema json.RawMessage) (json.RawMessage, bool) {
-	dec := json.NewDecoder(bytes.NewReader(schema))
-	dec.UseNumber() // enum and const values keep their digits
+// fitsStrict reports whether strict mode can take a tool's schema. Strict
+// mode constrains decoding to a subset of JSON Schema in which every
+// object lists all its properties as required and sets
+// additionalProperties to false; a keyword outside the subset (minLength,
+// pattern, default, oneOf… the subset differs by model) makes the server
+// refuse the request. So only schemas built from the keywords below are
+// sent strict; any other is sent non-strict — loopgate validates every
+// call either way.
+func fitsStrict(schema map[string]json.RawMessage) bool {
+	b, err := json.Marshal(schema)
+	if err != nil {
+		return false
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
 	var root map[string]any
 	if err := dec.Decode(&root); err != nil {
-		return nil, false
+		return false
 	}
-	delete(root, "$schema")
-	if _, ok := root["anyOf"]; ok || root["type"] != "object" || !strictFits(root, 0) {
-		return nil, false
-	}
-	b, err := json.Marshal(root)
-	return b, err == nil
+	_, anyOf := root["anyOf"]
+	return !anyOf && root["type"] == "object" && strictFits(root, 0)
 }
 
 // strictKeywords are the keywords every model with strict mode accepts.
