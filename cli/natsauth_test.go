@@ -108,7 +108,8 @@ func TestServeWithNATSConfigNeedsCredentialsAndNoExternalNATS(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--listen", "127.0.0.1:0"}, "Authorization Violation"},
+		{[]string{"--listen", "127.0.0.1:0"}, "a user of the server's config"},
+		{[]string{"--listen", "127.0.0.1:0", "--nats-user", "worker", "--nats-password", "wrong"}, "a user of the server's config"},
 		{[]string{"--nats", "nats://127.0.0.1:1"}, "--nats-config"},
 		{[]string{"--listen", "127.0.0.1:0", "--nats-user", "worker", "--nats-password", "x", "--nkey", "seed.nk"}, "one way"},
 	} {

@@ -91,8 +91,9 @@ func startStack(ctx context.Context, o stackOptions) (_ *stack, err error) {
 		s.nc, err = nats.Connect(o.natsURL, append(opts, nats.Name("loopgate"), nats.MaxReconnects(-1), logAsyncErrors(o.log))...)
 	}
 	if err != nil {
-		if errors.Is(err, nats.ErrAuthorization) {
-			return nil, fmt.Errorf("connect to NATS: %w (connect as a user of its config: --nats-user and --nats-password, --nkey or --creds, and its --inbox-prefix)", err)
+		if o.natsConfig != "" || errors.Is(err, nats.ErrAuthorization) {
+			// In process, a refused login is only a closed pipe.
+			return nil, fmt.Errorf("connect to NATS: %w (is this a user of the server's config? --nats-user and --nats-password, --nkey or --creds)", err)
 		}
 		return nil, fmt.Errorf("connect to NATS: %w", err)
 	}

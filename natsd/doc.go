@@ -8,6 +8,12 @@
 // server's notices (its startup banner and the like) at Debug, so an
 // embedded server is quiet unless something is wrong.
 //
+// With Config.ConfigFile the server starts from a nats-server
+// configuration file: accounts, users and their permissions, TLS (see
+// deploy/nats-accounts.conf). Clients then authenticate, Connect's
+// in-process ones included (pass nats.UserInfo or the like); TLS is never
+// required in process.
+//
 // Durability: the embedded default is SyncInterval "always", an fsync per
 // write, because the events stream is loopgate's audit log. With a duration
 // instead (the nats-server default is "2m") an OS crash or power loss can
