@@ -113,7 +113,7 @@ func startStack(ctx context.Context, o stackOptions) (_ *stack, err error) {
 	if err != nil {
 		return nil, err
 	}
-	reg, err := tools.NewRegistry(o.cfg.Tools, b)
+	reg, err := tools.NewRegistry(o.cfg.Tools, b, tools.WithConn(s.nc))
 	if err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}

@@ -143,19 +143,23 @@ func printServices(w io.Writer, url string, infos []micro.Info) {
 		}
 		groups[k] = append(groups[k], in)
 	}
-	fmt.Fprintf(w, "\nservices on %s (%d, %d instances):\n", url, len(order), len(infos))
+	fmt.Fprintf(w, "\nservices on %s (%s, %s):\n", url, plural(len(order), "service"), plural(len(infos), "instance"))
 	if len(infos) == 0 {
 		fmt.Fprintln(w, "  none answered $SRV.INFO")
 		return
 	}
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	for _, k := range order {
 		in := groups[k][0]
 		kind := "micro service"
 		if in.Metadata[toolsvc.MetadataContract] != "" {
-			kind = "loopgate tool service, contract " + in.Metadata[toolsvc.MetadataContract]
+			kind = "loopgate tool service (contract " + in.Metadata[toolsvc.MetadataContract] + ")"
 		}
-		fmt.Fprintf(tw, "  %s %s\t%d instance(s)\t%s\t%s\n", k.name, k.version, len(groups[k]), kind, in.Description)
+		fmt.Fprintf(w, "  %s %s: %s, %s", k.name, k.version, plural(len(groups[k]), "instance"), kind)
+		if in.Description != "" {
+			fmt.Fprintf(w, ": %s", in.Description)
+		}
+		fmt.Fprintln(w)
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 		seen := map[string]bool{}
 		for _, g := range groups[k] {
 			for _, ep := range g.Endpoints {
@@ -170,8 +174,15 @@ func printServices(w io.Writer, url string, infos []micro.Info) {
 				fmt.Fprintf(tw, "    %s\t%s\tqueue %s\t%s\n", ep.Name, ep.Subject, cmp.Or(ep.QueueGroup, "(none)"), schema)
 			}
 		}
+		tw.Flush()
 	}
-	tw.Flush()
+}
+
+func plural(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return fmt.Sprintf("%d %ss", n, what)
 }
 
 // toolProblems compares the manifests of nats tools with the endpoints

@@ -503,6 +503,10 @@ type approver struct {
 	heldParked    map[string]chan struct{}
 	approvals  int
 	finishes   []time.Time
+	// parkLag: from a parked event's time to the approver seeing it;
+	// pubTime: how long publishing each approval took (with retries).
+	parkLag []time.Duration
+	pubTime []time.Duration
 }
 
 // startApprover starts following the events stream (the workers must have
@@ -570,6 +574,7 @@ func (a *approver) handle(msg jetstream.Msg) {
 		}
 		a.questions[e.RunID+"/"+e.CallID] = q
 	case events.TypeParked:
+		a.parkLag = append(a.parkLag, time.Since(e.Time))
 		var pd events.ParkedData
 		if err := e.Decode(&pd); err != nil {
 			a.problems = append(a.problems, err.Error())
@@ -639,9 +644,13 @@ func (a *approver) approveFunc(runID, call, hash, key string) func() {
 			ctx, cancel := context.WithTimeout(a.ctx, 2*time.Minute)
 			defer cancel()
 			subject := "loopgate.approvals." + tenant + "." + runID + "." + call
+			began := time.Now()
 			if err := retryPublish(ctx, a.js, subject, payload, "soak-approve/"+key); err != nil && a.ctx.Err() == nil {
 				a.problem("approve %s: %v", key, err)
 			}
+			a.mu.Lock()
+			a.pubTime = append(a.pubTime, time.Since(began))
+			a.mu.Unlock()
 		})
 	}
 }
@@ -733,8 +742,25 @@ type stored struct {
 }
 
 // readEvents reads every event under filter, in stream order, grouped by
-// run, through an ordered consumer.
+// run, through an ordered consumer. A read that fails (a cluster still
+// settling after a node died) is started over, a few times.
 func readEvents(ctx context.Context, js jetstream.JetStream, filter string) (map[string][]stored, error) {
+	var err error
+	for range 5 {
+		var out map[string][]stored
+		if out, err = readEventsOnce(ctx, js, filter); err == nil {
+			return out, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(time.Second):
+		}
+	}
+	return nil, fmt.Errorf("read %s: %w", filter, err)
+}
+
+func readEventsOnce(ctx context.Context, js jetstream.JetStream, filter string) (map[string][]stored, error) {
 	cons, err := js.OrderedConsumer(ctx, "LOOPGATE_EVENTS", jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{filter},
 		DeliverPolicy:  jetstream.DeliverAllPolicy,
@@ -1190,4 +1216,61 @@ func waitDrained(ctx context.Context, js jetstream.JetStream, timeout time.Durat
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// lags returns the approver's own delays: seeing parked events, and
+// publishing approvals.
+func (a *approver) lags() (park, pub []time.Duration) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return slices.Clone(a.parkLag), slices.Clone(a.pubTime)
+}
+
+// spread summarises durations: count, p50, p99, max.
+func spread(ds []time.Duration) string {
+	if len(ds) == 0 {
+		return "none"
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	q := func(f float64) time.Duration { return s[min(len(s)-1, int(f*float64(len(s))))] }
+	r := func(d time.Duration) string { return d.Round(time.Millisecond).String() }
+	return fmt.Sprintf("n=%d p50 %s p99 %s max %s", len(s), r(q(0.5)), r(q(0.99)), r(s[len(s)-1]))
+}
+
+// whereTimeWent sums, over runs, the gap before each event by the pair of
+// event types around it (from the events' own times), largest total
+// first: where a run waited, and for what.
+func whereTimeWent(runs map[string][]stored, top int) string {
+	type agg struct {
+		total time.Duration
+		gaps  []time.Duration
+	}
+	by := map[string]*agg{}
+	for _, evs := range runs {
+		for i := 1; i < len(evs); i++ {
+			k := string(evs[i-1].Type) + " → " + string(evs[i].Type)
+			g, ok := by[k]
+			if !ok {
+				g = &agg{}
+				by[k] = g
+			}
+			d := evs[i].Time.Sub(evs[i-1].Time)
+			g.total += d
+			g.gaps = append(g.gaps, d)
+		}
+	}
+	keys := make([]string, 0, len(by))
+	for k := range by {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool { return by[keys[i]].total > by[keys[j]].total })
+	var b strings.Builder
+	for i, k := range keys {
+		if i == top {
+			break
+		}
+		fmt.Fprintf(&b, "    %-40s total %9s  %s\n", k, by[k].total.Round(time.Millisecond), spread(by[k].gaps))
+	}
+	return b.String()
 }

@@ -125,8 +125,8 @@ const (
 // config it is written "builtin" (or left out) or {nats: <subject>}.
 type Executor struct {
 	// NATS is the subject a tool service answers calls on, by
-	// request/reply (see NATS executor in the README for the wire
-	// contract). Empty for a builtin.
+	// request/reply (the wire contract is in the README, "Remote tools").
+	// Empty for a builtin.
 	NATS string `json:"nats,omitempty"`
 }
 

@@ -52,9 +52,9 @@ type Config struct {
 	// Description for operators. Defaults to "".
 	Description string
 	// QueueGroup every endpoint subscribes in: instances in one group
-	// share the calls, one instance per call. Defaults to "q", micro's
-	// default, which nats.js services use too, so two services on one
-	// subject never both run a call.
+	// share the calls, one instance per call. micro's default, which
+	// nats.js services use too, means two services on one subject never
+	// both run a call. Defaults to "q".
 	QueueGroup string
 	// MaxConcurrent bounds the calls this instance handles at once; one
 	// more is answered 503 at once (transient: loopgate retries, maybe on
@@ -319,8 +319,16 @@ func (s *Service) Info() micro.Info {
 // dispatch runs on the endpoint subscription's goroutine: it hands the
 // call to a goroutine of its own, so one slow call does not hold up the
 // others, or answers 503 when the service is full or stopping.
+//
+// The goroutine replies by publishing on the request's reply subject, not
+// through r: a micro.Request is only safe to use until its handler returns.
 func (s *Service) dispatch(e *endpoint, r micro.Request) {
 	received := time.Now()
+	if r.Reply() == "" {
+		s.log.Warn("message without a reply subject ignored: a call is a request", "endpoint", e.name)
+		return
+	}
+	msg := &nats.Msg{Subject: r.Subject(), Reply: r.Reply(), Header: nats.Header(r.Headers()), Data: r.Data()}
 	select {
 	case s.sem <- struct{}{}:
 	default:
@@ -344,7 +352,7 @@ func (s *Service) dispatch(e *endpoint, r micro.Request) {
 			<-s.sem
 			s.calls.Done()
 		}()
-		s.serve(e, r, received)
+		s.serve(e, msg, received)
 	}()
 }
 
@@ -355,9 +363,9 @@ func (s *Service) reject(e *endpoint, r micro.Request, why string) {
 	}
 }
 
-// serve runs one call and replies.
-func (s *Service) serve(e *endpoint, r micro.Request, received time.Time) {
-	req := newRequest(&nats.Msg{Subject: r.Subject(), Header: nats.Header(r.Headers()), Data: r.Data()}, received, s.cfg.DefaultTimeout)
+// serve runs one call and replies to msg.
+func (s *Service) serve(e *endpoint, msg *nats.Msg, received time.Time) {
+	req := newRequest(msg, received, s.cfg.DefaultTimeout)
 	ctx, cancel := context.WithDeadline(context.Background(), req.Deadline)
 	defer cancel()
 	go func() {
@@ -375,7 +383,7 @@ func (s *Service) serve(e *endpoint, r micro.Request, received time.Time) {
 			Result any `json:"result"`
 		}{v})
 		if merr == nil {
-			if err = r.Respond(body); err == nil {
+			if err = s.nc.Publish(msg.Reply, body); err == nil {
 				return
 			}
 			log.Error("reply", "err", err)
@@ -399,7 +407,10 @@ func (s *Service) serve(e *endpoint, r micro.Request, received time.Time) {
 	default:
 		log.Info("call refused", "code", code, "err", err)
 	}
-	if rerr := r.Error(strconv.Itoa(code), headerValue(cmp.Or(desc, http.StatusText(code), "error")), nil); rerr != nil {
+	h := nats.Header{}
+	h.Set(micro.ErrorCodeHeader, strconv.Itoa(code))
+	h.Set(micro.ErrorHeader, headerValue(cmp.Or(desc, http.StatusText(code), "error")))
+	if rerr := s.nc.PublishMsg(&nats.Msg{Subject: msg.Reply, Header: h}); rerr != nil {
 		log.Warn("reply", "err", rerr)
 	}
 }
