@@ -16,7 +16,9 @@ import (
 	"github.com/loopgate/loopgate/config"
 	"github.com/loopgate/loopgate/examples/cityops"
 	"github.com/loopgate/loopgate/journal"
+	"github.com/loopgate/loopgate/model"
 	"github.com/loopgate/loopgate/natsd"
+	"github.com/loopgate/loopgate/providers"
 	"github.com/loopgate/loopgate/tools"
 	"github.com/loopgate/loopgate/worker"
 )
@@ -117,7 +119,15 @@ func startStack(ctx context.Context, o stackOptions) (_ *stack, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}
-	s.pool, err = worker.New(worker.Deps{JS: s.js, Journal: s.journal, App: o.cfg, Registry: reg}, &worker.Config{Workers: o.workers, Logger: o.log, Crash: o.crash,
+	models := map[string]model.Model{}
+	for name, p := range o.cfg.Agents {
+		m, err := providers.Build(p.Model, model.Env{ReadFile: o.cfg.ReadFile, Logger: o.log})
+		if err != nil {
+			return nil, fmt.Errorf("agent %q: %w", name, err)
+		}
+		models[name] = m
+	}
+	s.pool, err = worker.New(worker.Deps{JS: s.js, Journal: s.journal, App: o.cfg, Registry: reg, Models: models}, &worker.Config{Workers: o.workers, Logger: o.log, Crash: o.crash,
 		// Batching a step's events pays on replicated streams only (one
 		// Raft proposal); on one server it costs more (docs/durability.md).
 		BatchEvents: o.replicas > 1})

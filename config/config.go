@@ -122,7 +122,7 @@ type Profile struct {
 
 // Model chooses and configures a model provider. The settings after Script
 // are for the HTTP providers ("openai", "anthropic") only; their defaults
-// are applied by model.Build, which also reads the API key.
+// are applied by providers.Build, which also reads the API key.
 type Model struct {
 	// Provider: "scripted" (replays recorded decisions), "openai" (any
 	// server speaking OpenAI's Chat Completions: OpenAI, Ollama, vLLM,

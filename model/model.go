@@ -11,16 +11,13 @@
 package model
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
-	"net/url"
 	"os"
-	"strings"
 
 	"github.com/loopgate/loopgate/config"
 	"github.com/loopgate/loopgate/events"
@@ -102,28 +99,6 @@ func BuildWith(m config.Model, env Env) (Model, error) {
 		env.LookupEnv = os.LookupEnv
 	}
 	switch m.Provider {
-	case "openai":
-		base := cmp.Or(m.BaseURL, DefaultOpenAIBaseURL)
-		key, err := apiKey(m, env, base, "OPENAI_API_KEY", DefaultOpenAIBaseURL)
-		if err != nil {
-			return nil, err
-		}
-		o, err := NewOpenAI(&OpenAIConfig{BaseURL: base, Model: m.Name, APIKey: key, Strict: m.Strict, MaxTokens: m.MaxTokens, Retry: retryOf(m), Logger: env.Logger, HTTPClient: env.HTTPClient})
-		if err != nil {
-			return nil, fmt.Errorf("model: %w", err)
-		}
-		return o, nil
-	case "anthropic":
-		base := cmp.Or(m.BaseURL, DefaultAnthropicBaseURL)
-		key, err := apiKey(m, env, base, "ANTHROPIC_API_KEY", DefaultAnthropicBaseURL)
-		if err != nil {
-			return nil, err
-		}
-		a, err := NewAnthropic(&AnthropicConfig{BaseURL: base, Model: m.Name, APIKey: key, MaxTokens: m.MaxTokens, Retry: retryOf(m), Logger: env.Logger, HTTPClient: env.HTTPClient})
-		if err != nil {
-			return nil, fmt.Errorf("model: %w", err)
-		}
-		return a, nil
 	case "scripted":
 		readFile := env.ReadFile
 		if readFile == nil {
@@ -138,41 +113,12 @@ func BuildWith(m config.Model, env Env) (Model, error) {
 			return nil, fmt.Errorf("model: script %q: %w", m.Script, err)
 		}
 		return s, nil
+	case "openai", "anthropic":
+		// The HTTP providers live in package providers, so that what runs
+		// loops (and its tests) does not carry their SDKs.
+		return nil, fmt.Errorf("model: provider %q is built by package providers (providers.Build)", m.Provider)
 	default:
 		return nil, fmt.Errorf("model: unknown provider %q", m.Provider)
 	}
 }
 
-// apiKey reads the key of an HTTP provider at base. official is the
-// provider's own API, whose key variable defaults to defaultVar.
-func apiKey(m config.Model, env Env, base, defaultVar, official string) (string, error) {
-	name := m.APIKeyEnv
-	if name == "" {
-		if !sameHost(base, official) {
-			return "", nil // a local server: no key unless one is named
-		}
-		name = defaultVar
-	}
-	if v, ok := env.LookupEnv(name); ok && v != "" {
-		return v, nil
-	}
-	return "", fmt.Errorf("model: %s: environment variable %s is not set: it holds the API key for %s (name another with api_key_env)", m.Provider, name, base)
-}
-
-func sameHost(a, b string) bool {
-	ua, err1 := url.Parse(a)
-	ub, err2 := url.Parse(b)
-	return err1 == nil && err2 == nil && strings.EqualFold(ua.Hostname(), ub.Hostname())
-}
-
-// retryOf is the retry policy a profile's settings ask for.
-func retryOf(m config.Model) Retry {
-	r := Retry{RequestTimeout: m.RequestTimeout.D()}
-	if m.MaxRetries != nil {
-		r.MaxRetries = *m.MaxRetries
-		if r.MaxRetries == 0 {
-			r.MaxRetries = NoRetries
-		}
-	}
-	return r
-}

@@ -14,6 +14,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
 )
 
 // Sizes of the cluster soak.
@@ -133,8 +135,29 @@ func TestClusterSurvivesANodeAndAWorker(t *testing.T) {
 			workers: workersPerProc, replicas: 3,
 		}))
 	}
-	_, js := connect(t, urls)
+	nc, js := connect(t, urls)
 	ap := startApprover(t, js)
+	// JetStream's advisories say how often workers handed messages back
+	// (naks: retries after an error, a busy run, a lost race) and which
+	// messages ran out of deliveries. A core subscription: it may miss a
+	// few while its server is down, so these are lower bounds.
+	var naks sync.Map // consumer -> *atomic.Int64
+	count := func(key string) {
+		v, _ := naks.LoadOrStore(key, new(atomic.Int64))
+		v.(*atomic.Int64).Add(1)
+	}
+	for _, subj := range []string{"$JS.EVENT.ADVISORY.CONSUMER.MSG_NAKED.>", "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.>", "$JS.EVENT.ADVISORY.CONSUMER.MSG_TERMINATED.>"} {
+		sub, err := nc.Subscribe(subj, func(m *nats.Msg) {
+			parts := strings.Split(m.Subject, ".")
+			if len(parts) >= 7 {
+				count(parts[4] + " " + parts[6])
+			}
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sub.Unsubscribe()
+	}
 
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Minute)
 	defer cancel()
@@ -349,6 +372,13 @@ func TestClusterSurvivesANodeAndAWorker(t *testing.T) {
 		fmt.Fprintf(&b, "  recovery: %-48s x%d\n", k, notables[k])
 	}
 	b.WriteString(throughputReport(samples, began, nodeKilled, workerKilled, allDone))
+	var nakLines []string
+	naks.Range(func(k, v any) bool {
+		nakLines = append(nakLines, fmt.Sprintf("%s %d", k, v.(*atomic.Int64).Load()))
+		return true
+	})
+	sort.Strings(nakLines)
+	fmt.Fprintf(&b, "  consumer advisories (at least): %s\n", strings.Join(nakLines, ", "))
 	park, pub := ap.lags()
 	fmt.Fprintf(&b, "  approver: parked event seen after %s; approval published in %s\n", spread(park), spread(pub))
 	b.WriteString("  where the runs' time went (gap before an event, by the event types around it):\n")

@@ -501,8 +501,8 @@ type approver struct {
 	held          map[string]bool
 	heldApprovals map[string][]func()
 	heldParked    map[string]chan struct{}
-	approvals  int
-	finishes   []time.Time
+	approvals     int
+	finishes      []time.Time
 	// parkLag: from a parked event's time to the approver seeing it;
 	// pubTime: how long publishing each approval took (with retries).
 	parkLag []time.Duration

@@ -4,68 +4,64 @@ package soak
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
+	"github.com/loopgate/loopgate/events"
+	"github.com/loopgate/loopgate/journal"
 )
 
-// Throwaway: what one journal.Load costs on the 3-node cluster vs one node.
-func TestZZProbeLoadCost(t *testing.T) {
+// Throwaway: journal.Load on a 3-node cluster, many times: how many stall.
+func TestZZProbeLoadStalls(t *testing.T) {
 	base := t.TempDir()
 	nodes := startCluster(t, base, logDir(t), 3)
-	_, js := connect(t, clientURLs(nodes))
 	ctx := context.Background()
-	for _, r := range []int{1, 3} {
-		name := fmt.Sprintf("PROBE_R%d", r)
-		st, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{name + ".>"}, Replicas: r, Storage: jetstream.FileStorage})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for i := range 37 {
-			if _, err := js.Publish(ctx, fmt.Sprintf("%s.run.%d", name, i), []byte("x")); err != nil {
+	_, js0 := connect(t, clientURLs(nodes))
+	if err := journal.Ensure(ctx, js0, journal.Layout{Replicas: 3}); err != nil {
+		t.Fatal(err)
+	}
+	j0, _ := journal.New(ctx, js0)
+	var runs []string
+	for r := range 16 {
+		runID := events.RunID(tenant, fmt.Sprintf("probe-%d", r))
+		runs = append(runs, runID)
+		var last uint64
+		var err error
+		for i := range 20 {
+			e := events.Event{EventID: events.UUIDv7.NewEventID(), RunID: runID, Tenant: tenant, Seq: uint64(i + 1), Type: events.TypeObserved, Time: time.Now().UTC(), Data: json.RawMessage(`{"x":1}`)}
+			if last, err = j0.Append(ctx, last, e); err != nil {
 				t.Fatal(err)
 			}
 		}
-		time.Sleep(time.Second)
-		var pub, last, ordered, drop, create time.Duration
-		const n = 40
-		for range n {
-			a := time.Now()
-			if _, err := js.Publish(ctx, name+".run.x", []byte("y")); err != nil {
-				t.Fatal(err)
-			}
-			b := time.Now()
-			if _, err := st.GetLastMsgForSubject(ctx, name+".run.*"); err != nil {
-				t.Fatal(err)
-			}
-			c := time.Now()
-			cons, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{name + ".run.*"}, InactiveThreshold: 10 * time.Second})
-			if err != nil {
-				t.Fatal(err)
-			}
-			c2 := time.Now()
-			for {
-				m, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
-				if err != nil {
-					t.Fatal(err)
+	}
+	for _, nd := range nodes {
+		_, js := connect(t, []string{nd.clientURL})
+		j, _ := journal.New(ctx, js)
+		var mu sync.Mutex
+		var ds []time.Duration
+		stalls := 0
+		var wg sync.WaitGroup
+		for g := range 4 {
+			wg.Go(func() {
+				for k := range 75 {
+					a := time.Now()
+					if _, _, err := j.Load(ctx, tenant, runs[(g*5+k)%len(runs)]); err != nil {
+						t.Error(err)
+					}
+					d := time.Since(a)
+					mu.Lock()
+					ds = append(ds, d)
+					if d > 5*time.Second {
+						stalls++
+					}
+					mu.Unlock()
 				}
-				md, _ := m.Metadata()
-				if md.NumPending == 0 {
-					break
-				}
-			}
-			d := time.Now()
-			create += c2.Sub(c)
-			_ = js.DeleteConsumer(ctx, name, cons.CachedInfo().Name)
-			e := time.Now()
-			pub += b.Sub(a)
-			last += c.Sub(b)
-			ordered += d.Sub(c)
-			drop += e.Sub(d)
+			})
 		}
-		t.Logf("R%d stream on 3 nodes (sync always): publish %s, get-last %s, ordered consumer create %s, create+read %s, consumer delete %s (means of %d)",
-			r, pub/n, last/n, create/n, ordered/n, drop/n, n)
+		wg.Wait()
+		t.Logf("connected to %s: %d loads, %d took over 5s: %s", nd.name, len(ds), stalls, spread(ds))
 	}
 }

@@ -101,7 +101,9 @@ type Deps struct {
 	App *config.Config
 	// Registry holds the tools the profiles name.
 	Registry *tools.Registry
-	// Models by agent profile name. Nil: built from App's profiles.
+	// Models by agent profile name. Nil: built from App's profiles with
+	// model.Build, which knows only the scripted provider; a process that
+	// runs real models builds them with providers.Build and passes them here.
 	Models map[string]model.Model
 }
 

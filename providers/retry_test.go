@@ -1,4 +1,4 @@
-package model
+package providers
 
 import (
 	"net/http"

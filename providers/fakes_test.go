@@ -1,4 +1,4 @@
-package model_test
+package providers_test
 
 import (
 	"bytes"

@@ -1,4 +1,4 @@
-package model_test
+package providers_test
 
 import (
 	"bytes"
@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/loopgate/loopgate/events"
-	"github.com/loopgate/loopgate/model"
+	"github.com/loopgate/loopgate/providers"
 	"github.com/loopgate/loopgate/tools"
 )
 
@@ -20,7 +20,7 @@ const openAIKey = "sk-test-0123456789SECRETabcdef"
 
 type openAIBundle struct {
 	fake  *fakeOpenAI
-	model *model.OpenAI
+	model *providers.OpenAI
 	slept *[]time.Duration
 	logs  *bytes.Buffer
 }
@@ -28,12 +28,12 @@ type openAIBundle struct {
 // setupOpenAI returns an OpenAI provider talking to a fake server that
 // expects key and the given tools on every request. cfg may adjust the
 // provider's config.
-func setupOpenAI(t *testing.T, key string, specs []tools.Spec, cfg func(*model.OpenAIConfig)) openAIBundle {
+func setupOpenAI(t *testing.T, key string, specs []tools.Spec, cfg func(*providers.OpenAIConfig)) openAIBundle {
 	t.Helper()
 	f := newFakeOpenAI(t, key, specs)
 	var slept []time.Duration
 	logs := &bytes.Buffer{}
-	c := &model.OpenAIConfig{
+	c := &providers.OpenAIConfig{
 		BaseURL: f.baseURL(), Model: "gpt-4.1", APIKey: key, Retry: fastRetry(&slept),
 		Logger: slog.New(slog.NewTextHandler(logs, nil)),
 	}
@@ -43,7 +43,7 @@ func setupOpenAI(t *testing.T, key string, specs []tools.Spec, cfg func(*model.O
 	if c.Strict != nil && *c.Strict {
 		f.strict = true
 	}
-	m, err := model.NewOpenAI(c)
+	m, err := providers.NewOpenAI(c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +88,7 @@ func TestOpenAISendsAnObjectInputAsItsJSON(t *testing.T) {
 	b := setupOpenAI(t, "", nil, nil)
 	b.fake.script(ok(answer{text: "done"}))
 	in := json.RawMessage(`{"request":"escalate","category":"sanitation"}`)
-	req := model.Request{Step: 1, History: []events.Turn{{Role: events.RoleUser, Content: in}}}
+	req := providers.Request{Step: 1, History: []events.Turn{{Role: events.RoleUser, Content: in}}}
 	if _, err := b.model.Propose(t.Context(), req); err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +143,7 @@ func TestOpenAIStrictMode(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			strict := tt.strict
-			b := setupOpenAI(t, "", []tools.Spec{tt.given}, func(c *model.OpenAIConfig) { c.Strict = &strict })
+			b := setupOpenAI(t, "", []tools.Spec{tt.given}, func(c *providers.OpenAIConfig) { c.Strict = &strict })
 			b.fake.script(ok(answer{text: "done"}))
 			if _, err := b.model.Propose(t.Context(), newTrail(t, "hi").request(1, tt.given)); err != nil {
 				t.Fatal(err)
@@ -168,7 +168,7 @@ func TestOpenAIStrictTrueReachesAnyServer(t *testing.T) {
 	// TestOpenAISendsSystemTaskAndToolsWithTheirSchemas); configured, it
 	// does.
 	on := true
-	b := setupOpenAI(t, "", []tools.Spec{statusSpec}, func(c *model.OpenAIConfig) { c.Strict = &on })
+	b := setupOpenAI(t, "", []tools.Spec{statusSpec}, func(c *providers.OpenAIConfig) { c.Strict = &on })
 	b.fake.script(ok(answer{text: "done"}))
 	if _, err := b.model.Propose(t.Context(), newTrail(t, "hi").request(1, statusSpec)); err != nil {
 		t.Fatal(err)
@@ -249,7 +249,7 @@ func TestOpenAIRebuildsTheAssistantMessageWhenThereIsNoProviderMessage(t *testin
 	b := setupOpenAI(t, "", []tools.Spec{statusSpec}, nil)
 	b.fake.script(ok(answer{text: "done"}))
 	in, _ := json.Marshal("task")
-	req := model.Request{Step: 2, Tools: []tools.Spec{statusSpec}, History: []events.Turn{
+	req := providers.Request{Step: 2, Tools: []tools.Spec{statusSpec}, History: []events.Turn{
 		{Role: events.RoleUser, Content: in},
 		{Role: events.RoleAssistant, Step: 1, Decision: &events.Decision{ToolCalls: []events.ToolCall{
 			{ID: "s1c1", ProviderID: "call_A", Tool: "complaint_status", Args: json.RawMessage(`{"request_id":"SR-1"}`)},
@@ -405,9 +405,9 @@ func TestOpenAIReturnsTheErrorBodyAndDoesNotRetryA400(t *testing.T) {
 	b.fake.script(reply{status: 400, header: map[string]string{"X-Request-Id": "req_123"},
 		body: `{"error":{"message":"The model 'gpt-9' does not exist or you do not have access to it.","type":"invalid_request_error","param":null,"code":"model_not_found"}}`})
 	_, err := b.model.Propose(t.Context(), newTrail(t, "x").request(1))
-	var pe *model.ProviderError
+	var pe *providers.ProviderError
 	if !errors.As(err, &pe) {
-		t.Fatalf("error = %v, want a *model.ProviderError", err)
+		t.Fatalf("error = %v, want a *providers.ProviderError", err)
 	}
 	if pe.StatusCode != 400 || pe.Type != "invalid_request_error" || pe.Code != "model_not_found" || !strings.Contains(pe.Message, "does not exist") || pe.RequestID != "req_123" {
 		t.Errorf("ProviderError = %+v", pe)
@@ -435,7 +435,7 @@ func TestOpenAIKeyIsSentButNeverInErrorsOrLogs(t *testing.T) {
 	if strings.Contains(err.Error(), openAIKey) || strings.Contains(err.Error(), "SECRET") {
 		t.Errorf("error %q holds the key", err)
 	}
-	var pe *model.ProviderError
+	var pe *providers.ProviderError
 	if !errors.As(err, &pe) || strings.Contains(pe.Message, "SECRET") || pe.StatusCode != 401 {
 		t.Errorf("ProviderError = %+v, want a 401 without the key", pe)
 	}
@@ -520,7 +520,7 @@ func TestOpenAIRetries(t *testing.T) {
 		{
 			name:       "no retries configured",
 			replies:    []reply{{status: 500, body: serverError}, done},
-			maxRetries: model.NoRetries,
+			maxRetries: providers.NoRetries,
 			wantErr:    "attempt 1 of 1: HTTP 500",
 		},
 		{
@@ -537,7 +537,7 @@ func TestOpenAIRetries(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			b := setupOpenAI(t, openAIKey, nil, func(c *model.OpenAIConfig) {
+			b := setupOpenAI(t, openAIKey, nil, func(c *providers.OpenAIConfig) {
 				c.Retry.Now = func() time.Time { return now }
 				c.Retry.MaxRetries = tt.maxRetries
 			})
@@ -589,7 +589,7 @@ func TestOpenAIGivesUpWhenTheWaitWouldPassTheDeadline(t *testing.T) {
 
 func TestOpenAIRequestTimeoutIsRetriedAndIsNotTheRunsDeadline(t *testing.T) {
 	t.Parallel()
-	b := setupOpenAI(t, "", nil, func(c *model.OpenAIConfig) {
+	b := setupOpenAI(t, "", nil, func(c *providers.OpenAIConfig) {
 		c.Retry.RequestTimeout = 50 * time.Millisecond
 		c.Retry.MaxRetries = 1
 	})
@@ -628,7 +628,7 @@ func TestOpenAIReturnsWhenCtxIsCancelledMidRequest(t *testing.T) {
 
 func TestOpenAISendsMaxTokensWhenSet(t *testing.T) {
 	t.Parallel()
-	b := setupOpenAI(t, "", nil, func(c *model.OpenAIConfig) { c.MaxTokens = 512 })
+	b := setupOpenAI(t, "", nil, func(c *providers.OpenAIConfig) { c.MaxTokens = 512 })
 	b.fake.script(ok(answer{text: "done"}))
 	if _, err := b.model.Propose(t.Context(), newTrail(t, "x").request(1)); err != nil {
 		t.Fatal(err)
@@ -642,7 +642,7 @@ func TestOpenAIRefusesABrokenHistoryWithoutSendingIt(t *testing.T) {
 	t.Parallel()
 	b := setupOpenAI(t, "", []tools.Spec{statusSpec}, nil)
 	in, _ := json.Marshal("x")
-	req := model.Request{Step: 2, Tools: []tools.Spec{statusSpec}, History: []events.Turn{
+	req := providers.Request{Step: 2, Tools: []tools.Spec{statusSpec}, History: []events.Turn{
 		{Role: events.RoleUser, Content: in},
 		{Role: events.RoleAssistant, Step: 1, Decision: &events.Decision{ToolCalls: []events.ToolCall{
 			{ID: "s1c1", ProviderID: "call_1", Tool: "complaint_status", Args: json.RawMessage(`{}`)},
@@ -671,7 +671,7 @@ func TestOpenAISendsSessionMemoryBeforeTheTask(t *testing.T) {
 	b := setupOpenAI(t, "", nil, nil)
 	b.fake.script(ok(answer{text: "done"}))
 	in, _ := json.Marshal("and the next one?")
-	req := model.Request{Step: 1, History: []events.Turn{
+	req := providers.Request{Step: 1, History: []events.Turn{
 		{Role: events.RoleSession, Content: json.RawMessage(`{"id":"s-1","summary":"escalated SR-10422"}`)},
 		{Role: events.RoleUser, Content: in},
 	}}

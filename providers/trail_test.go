@@ -1,4 +1,4 @@
-package model_test
+package providers_test
 
 import (
 	"bytes"
@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/loopgate/loopgate/events"
-	"github.com/loopgate/loopgate/model"
+	"github.com/loopgate/loopgate/providers"
 	"github.com/loopgate/loopgate/schemas"
 	"github.com/loopgate/loopgate/tools"
 )
@@ -75,7 +75,7 @@ func (tr *trail) append(typ events.Type, step int, callID string, data any) {
 // proposed records a model's response as the worker does: the decision
 // when its output is valid (call ids minted per step), else the raw output
 // with the validation errors. It returns the decision, nil if invalid.
-func (tr *trail) proposed(step int, resp model.Response) *events.Decision {
+func (tr *trail) proposed(step int, resp providers.Response) *events.Decision {
 	tr.t.Helper()
 	d, invalid := parseDecision(tr.t, resp.Output, step)
 	data := events.ProposedData{Decision: d, Invalid: invalid, Usage: resp.Usage, Model: resp.Name, ProviderMessage: resp.Message}
@@ -102,8 +102,8 @@ func (tr *trail) observeInvalid(step int) string {
 	return obs
 }
 
-func (tr *trail) request(step int, specs ...tools.Spec) model.Request {
-	return model.Request{RunID: trailRun, Agent: "helper", Instructions: "You are the CityOps assistant.", Step: step, History: tr.state.History, Tools: specs}
+func (tr *trail) request(step int, specs ...tools.Spec) providers.Request {
+	return providers.Request{RunID: trailRun, Agent: "helper", Instructions: "You are the CityOps assistant.", Step: step, History: tr.state.History, Tools: specs}
 }
 
 // parseDecision is the worker's check of a model's output: the decision

@@ -1,4 +1,4 @@
-package model_test
+package providers_test
 
 import (
 	"bytes"
@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/loopgate/loopgate/events"
-	"github.com/loopgate/loopgate/model"
+	"github.com/loopgate/loopgate/providers"
 	"github.com/loopgate/loopgate/tools"
 )
 
@@ -19,24 +19,24 @@ const anthropicKey = "sk-ant-api03-SECRET0123456789abcdef"
 
 type anthropicBundle struct {
 	fake  *fakeAnthropic
-	model *model.Anthropic
+	model *providers.Anthropic
 	slept *[]time.Duration
 	logs  *bytes.Buffer
 }
 
-func setupAnthropic(t *testing.T, key string, specs []tools.Spec, cfg func(*model.AnthropicConfig)) anthropicBundle {
+func setupAnthropic(t *testing.T, key string, specs []tools.Spec, cfg func(*providers.AnthropicConfig)) anthropicBundle {
 	t.Helper()
 	f := newFakeAnthropic(t, key, specs)
 	var slept []time.Duration
 	logs := &bytes.Buffer{}
-	c := &model.AnthropicConfig{
+	c := &providers.AnthropicConfig{
 		BaseURL: f.baseURL(), Model: "claude-sonnet-4-5", APIKey: key, Retry: fastRetry(&slept),
 		Logger: slog.New(slog.NewTextHandler(logs, nil)),
 	}
 	if cfg != nil {
 		cfg(c)
 	}
-	m, err := model.NewAnthropic(c)
+	m, err := providers.NewAnthropic(c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,7 +51,7 @@ func TestAnthropicSendsSystemTaskToolsAndMaxTokens(t *testing.T) {
 		t.Fatal(err)
 	}
 	req, _ := b.fake.decode(0)
-	if req.Model != "claude-sonnet-4-5" || req.MaxTokens != model.DefaultAnthropicMaxTokens {
+	if req.Model != "claude-sonnet-4-5" || req.MaxTokens != providers.DefaultAnthropicMaxTokens {
 		t.Errorf("model %q, max_tokens %d", req.Model, req.MaxTokens)
 	}
 	var system []struct{ Type, Text string }
@@ -229,9 +229,9 @@ func TestAnthropicReturnsTheErrorBody(t *testing.T) {
 	b.fake.script(reply{status: 400, header: map[string]string{"Request-Id": "req_018EeWyXxfu5pfWkrYcMdjWG"},
 		body: anthropicErrorOf("invalid_request_error", "messages.1.content.0: unexpected `tool_use_id` found in `tool_result` blocks: toolu_X")})
 	_, err := b.model.Propose(t.Context(), newTrail(t, "x").request(1))
-	var pe *model.ProviderError
+	var pe *providers.ProviderError
 	if !errors.As(err, &pe) {
-		t.Fatalf("error = %v, want a *model.ProviderError", err)
+		t.Fatalf("error = %v, want a *providers.ProviderError", err)
 	}
 	if pe.StatusCode != 400 || pe.Type != "invalid_request_error" || !strings.Contains(pe.Message, "unexpected `tool_use_id`") || pe.RequestID != "req_018EeWyXxfu5pfWkrYcMdjWG" {
 		t.Errorf("ProviderError = %+v", pe)
@@ -314,7 +314,7 @@ func TestAnthropicLargeMaxTokensNeedsNoStreaming(t *testing.T) {
 	t.Parallel()
 	// The SDK refuses a non-streaming request it expects to take over ten
 	// minutes — unless a request timeout is set, which the provider does.
-	b := setupAnthropic(t, "", nil, func(c *model.AnthropicConfig) { c.MaxTokens = 64000 })
+	b := setupAnthropic(t, "", nil, func(c *providers.AnthropicConfig) { c.MaxTokens = 64000 })
 	b.fake.script(ok(answer{text: "hi"}))
 	if _, err := b.model.Propose(t.Context(), newTrail(t, "x").request(1)); err != nil {
 		t.Fatal(err)
@@ -329,7 +329,7 @@ func TestAnthropicSendsSessionMemoryAndTaskAsOneUserTurn(t *testing.T) {
 	b := setupAnthropic(t, "", nil, nil)
 	b.fake.script(ok(answer{text: "done"}))
 	in, _ := json.Marshal("and the next one?")
-	req := model.Request{Step: 1, History: []events.Turn{
+	req := providers.Request{Step: 1, History: []events.Turn{
 		{Role: events.RoleSession, Content: json.RawMessage(`{"id":"s-1","summary":"escalated SR-10422"}`)},
 		{Role: events.RoleUser, Content: in},
 	}}

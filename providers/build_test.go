@@ -1,4 +1,4 @@
-package model_test
+package providers_test
 
 import (
 	"net/http"
@@ -9,7 +9,7 @@ import (
 	"github.com/loopgate/loopgate/tools"
 
 	"github.com/loopgate/loopgate/config"
-	"github.com/loopgate/loopgate/model"
+	"github.com/loopgate/loopgate/providers"
 )
 
 func env(vars map[string]string) func(string) (string, bool) {
@@ -91,7 +91,7 @@ func TestBuildHTTPProviders(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			m, err := model.BuildWith(tt.given, model.Env{LookupEnv: env(tt.env)})
+			m, err := providers.Build(tt.given, providers.Env{LookupEnv: env(tt.env)})
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("BuildWith error = %v, want it to contain %q", err, tt.wantErr)
@@ -117,7 +117,7 @@ func TestBuildNeverSendsTheDefaultKeyToAnotherServer(t *testing.T) {
 	// refuses any credentials.
 	f := newFakeOpenAI(t, "", nil)
 	f.script(ok(answer{text: "hi"}))
-	m, err := model.BuildWith(config.Model{Provider: "openai", Name: "llama3", BaseURL: f.baseURL()}, model.Env{LookupEnv: env(map[string]string{"OPENAI_API_KEY": "sk-real-openai-key"})})
+	m, err := providers.Build(config.Model{Provider: "openai", Name: "llama3", BaseURL: f.baseURL()}, providers.Env{LookupEnv: env(map[string]string{"OPENAI_API_KEY": "sk-real-openai-key"})})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,8 +130,8 @@ func TestBuildSendsANamedKeyAndHonoursTheSettings(t *testing.T) {
 	t.Parallel()
 	f := newFakeOpenAI(t, "vllm-token", nil)
 	f.script(reply{status: 503, body: `{"error":{"message":"busy","type":"server_error","param":null,"code":null}}`}, ok(answer{text: "hi"}))
-	m, err := model.BuildWith(config.Model{Provider: "openai", Name: "qwen3", BaseURL: f.baseURL(), APIKeyEnv: "VLLM_API_KEY", MaxRetries: intp(0), MaxTokens: 256},
-		model.Env{LookupEnv: env(map[string]string{"VLLM_API_KEY": "vllm-token"})})
+	m, err := providers.Build(config.Model{Provider: "openai", Name: "qwen3", BaseURL: f.baseURL(), APIKeyEnv: "VLLM_API_KEY", MaxRetries: intp(0), MaxTokens: 256},
+		providers.Env{LookupEnv: env(map[string]string{"VLLM_API_KEY": "vllm-token"})})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,8 +151,8 @@ func TestBuildAnthropicAgainstAnotherServer(t *testing.T) {
 	t.Parallel()
 	f := newFakeAnthropic(t, "proxy-key", nil)
 	f.script(ok(answer{text: "hi"}))
-	m, err := model.BuildWith(config.Model{Provider: "anthropic", Name: "claude-haiku-4-5", BaseURL: f.baseURL(), APIKeyEnv: "PROXY_KEY"},
-		model.Env{LookupEnv: env(map[string]string{"PROXY_KEY": "proxy-key", "ANTHROPIC_API_KEY": "sk-ant-other"})})
+	m, err := providers.Build(config.Model{Provider: "anthropic", Name: "claude-haiku-4-5", BaseURL: f.baseURL(), APIKeyEnv: "PROXY_KEY"},
+		providers.Env{LookupEnv: env(map[string]string{"PROXY_KEY": "proxy-key", "ANTHROPIC_API_KEY": "sk-ant-other"})})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,7 +183,7 @@ func TestBuildDefaultsForOpenAIsOwnAPI(t *testing.T) {
 	f.strict = true
 	f.script(ok(answer{text: "hi"}))
 	to, _ := url.Parse(f.srv.URL)
-	m, err := model.BuildWith(config.Model{Provider: "openai", Name: "gpt-4.1-mini"}, model.Env{
+	m, err := providers.Build(config.Model{Provider: "openai", Name: "gpt-4.1-mini"}, providers.Env{
 		LookupEnv:  env(map[string]string{"OPENAI_API_KEY": "sk-from-the-env"}),
 		HTTPClient: &http.Client{Transport: redirect{to}},
 	})

@@ -1,4 +1,4 @@
-package model_test
+package providers_test
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 
 	"github.com/loopgate/loopgate/events"
 	"github.com/loopgate/loopgate/model"
+	"github.com/loopgate/loopgate/providers"
 	"github.com/loopgate/loopgate/tools"
 )
 
@@ -19,7 +20,7 @@ import (
 // and requests says how many requests reached the provider's server
 // (always 0 for a model with no server).
 type conformanceSubject struct {
-	newModel func(t *testing.T, answers ...answer) (m model.Model, requests func() int)
+	newModel func(t *testing.T, answers ...answer) (m providers.Model, requests func() int)
 }
 
 // TestConformance runs the behaviour every Model must share against each
@@ -29,7 +30,7 @@ type conformanceSubject struct {
 func TestConformance(t *testing.T) {
 	t.Parallel()
 	subjects := map[string]conformanceSubject{
-		"scripted": {newModel: func(t *testing.T, answers ...answer) (model.Model, func() int) {
+		"scripted": {newModel: func(t *testing.T, answers ...answer) (providers.Model, func() int) {
 			// A script holds loopgate decisions, which is what the
 			// providers translate their answers into.
 			var script struct {
@@ -49,27 +50,27 @@ func TestConformance(t *testing.T) {
 			}
 			return s, func() int { return 0 }
 		}},
-		"openai": {newModel: func(t *testing.T, answers ...answer) (model.Model, func() int) {
+		"openai": {newModel: func(t *testing.T, answers ...answer) (providers.Model, func() int) {
 			f := newFakeOpenAI(t, "sk-conformance-key", []tools.Spec{lookupSpec, statusSpec})
 			var replies []reply
 			for _, a := range answers {
 				replies = append(replies, ok(a))
 			}
 			f.script(replies...)
-			m, err := model.NewOpenAI(&model.OpenAIConfig{BaseURL: f.baseURL(), Model: "gpt-4.1", APIKey: "sk-conformance-key", Retry: fastRetry(nil)})
+			m, err := providers.NewOpenAI(&providers.OpenAIConfig{BaseURL: f.baseURL(), Model: "gpt-4.1", APIKey: "sk-conformance-key", Retry: fastRetry(nil)})
 			if err != nil {
 				t.Fatal(err)
 			}
 			return m, f.count
 		}},
-		"anthropic": {newModel: func(t *testing.T, answers ...answer) (model.Model, func() int) {
+		"anthropic": {newModel: func(t *testing.T, answers ...answer) (providers.Model, func() int) {
 			f := newFakeAnthropic(t, "sk-ant-conformance-key", []tools.Spec{lookupSpec, statusSpec})
 			var replies []reply
 			for _, a := range answers {
 				replies = append(replies, ok(a))
 			}
 			f.script(replies...)
-			m, err := model.NewAnthropic(&model.AnthropicConfig{BaseURL: f.baseURL(), Model: "claude-sonnet-4-5", APIKey: "sk-ant-conformance-key", Retry: fastRetry(nil)})
+			m, err := providers.NewAnthropic(&providers.AnthropicConfig{BaseURL: f.baseURL(), Model: "claude-sonnet-4-5", APIKey: "sk-ant-conformance-key", Retry: fastRetry(nil)})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -99,9 +100,9 @@ func decisionOf(a answer) json.RawMessage {
 	return b
 }
 
-func conformanceRequest(step int) model.Request {
+func conformanceRequest(step int) providers.Request {
 	in, _ := json.Marshal("Escalate the oldest open sanitation complaints.")
-	return model.Request{
+	return providers.Request{
 		RunID: "cityops-t-1", Agent: "helper", Instructions: "You are the CityOps assistant.", Step: step,
 		History: []events.Turn{{Role: events.RoleUser, Content: in}},
 		Tools:   []tools.Spec{lookupSpec, statusSpec},
@@ -272,9 +273,9 @@ func runConformance(t *testing.T, s conformanceSubject) {
 
 // fastRetry is the default policy with its waits recorded instead of
 // slept: tests wait on nothing.
-func fastRetry(slept *[]time.Duration) model.Retry {
+func fastRetry(slept *[]time.Duration) providers.Retry {
 	var mu sync.Mutex
-	return model.Retry{
+	return providers.Retry{
 		Sleep: func(ctx context.Context, d time.Duration) error {
 			mu.Lock()
 			defer mu.Unlock()
