@@ -121,4 +121,3 @@ func BuildWith(m config.Model, env Env) (Model, error) {
 		return nil, fmt.Errorf("model: unknown provider %q", m.Provider)
 	}
 }
-
