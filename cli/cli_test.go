@@ -399,3 +399,34 @@ func (b *syncBuffer) String() string {
 	defer b.mu.Unlock()
 	return b.buf.String()
 }
+
+func TestSubmitWithASessionShowsTheEarlierRuns(t *testing.T) {
+	t.Parallel()
+	srv := startServe(t, t.TempDir())
+	for i, input := range []string{"first question", "second question", "third question"} {
+		var out, errOut bytes.Buffer
+		id := fmt.Sprintf("sess-%d", i)
+		code := Main(t.Context(), []string{"submit", "--nats", srv.url, "--task-id", id, "--agent", "dry-run-assistant", "--dry-run", "--session", "desk-7", "--input", input}, nil, &out, &errOut)
+		if code != exitOK {
+			t.Fatalf("submit %d: exit %d\n%s\n%s", i, code, out.String(), errOut.String())
+		}
+	}
+	var out, errOut bytes.Buffer
+	if code := Main(t.Context(), []string{"audit", events.RunID("cityops", "sess-2"), "--nats", srv.url, "--json"}, nil, &out, &errOut); code != exitOK {
+		t.Fatalf("audit: %d %s", code, errOut.String())
+	}
+	first, _, _ := strings.Cut(out.String(), "\n")
+	var e events.Event
+	if err := json.Unmarshal([]byte(first), &e); err != nil {
+		t.Fatal(err)
+	}
+	var st events.StartedData
+	_ = e.Decode(&st)
+	if st.Session == nil || st.Session.ID != "desk-7" {
+		t.Fatalf("third run started without its session: %s", e.Data)
+	}
+	mem, _ := json.Marshal(st.Session)
+	if !strings.Contains(string(mem), "first question") || !strings.Contains(string(mem), "second question") {
+		t.Errorf("the third run does not see the earlier runs: %s", mem)
+	}
+}

@@ -29,6 +29,7 @@ func runSubmit(ctx context.Context, e env, args []string) int {
 		roles     = fs.String("roles", "operator", "principal roles, comma-separated")
 		input     = fs.String("input", "Show me the oldest open sanitation complaints and draft escalations for them.", "what the agent is asked to do")
 		dryRun    = fs.Bool("dry-run", false, "preview writes without executing them")
+		session   = fs.String("session", "", "session id: the run sees the compacted conversation of the session's earlier runs")
 		timeout   = fs.Duration("timeout", 5*time.Minute, "how long to follow the run")
 		asJSON    = fs.Bool("json", false, "print events as JSON lines")
 	)
@@ -62,6 +63,7 @@ func runSubmit(ctx context.Context, e env, args []string) int {
 			Agent:     *agent,
 			Input:     in,
 			DryRun:    *dryRun,
+			SessionID: *session,
 		}
 		if task.TaskID == "" {
 			task.TaskID = uuid.NewString()
