@@ -387,17 +387,21 @@ func heapPerActiveRun(ctx context.Context, b *testing.B, d *lgDriver, conc int) 
 	heap0 := liveHeap()
 	total := lgRunsPerRound(conc)
 	var perRun []float64
+	var samples []string
 	inflight := 0
 	_, err := d.drive(ctx, "heap", total, conc, func(done, n int) {
 		if n == 0 || (done != total/4 && done != total/2 && done != 3*total/4) {
 			return
 		}
-		perRun = append(perRun, (float64(liveHeap())-float64(heap0))/float64(n))
+		h := liveHeap()
+		perRun = append(perRun, (float64(h)-float64(heap0))/float64(n))
+		samples = append(samples, fmt.Sprintf("%d B with %d in flight", h, n))
 		inflight = max(inflight, n)
 	})
 	if err != nil {
 		b.Fatal(err)
 	}
+	b.Logf("heap: %d B idle; %s", heap0, strings.Join(samples, ", "))
 	if len(perRun) == 0 {
 		return 0, 0
 	}
@@ -784,6 +788,7 @@ func (d *lgDriver) trail(ctx context.Context, ours, done map[string]bool) string
 // liveHeap is the heap in use after a garbage collection.
 func liveHeap() uint64 {
 	runtime.GC()
+	runtime.GC() // and what the first one's finalizers let go
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	return ms.HeapAlloc

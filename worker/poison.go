@@ -57,8 +57,14 @@ type maxDeliveriesAdvisory struct {
 func (p *Pool) watchMaxDeliveries(ctx context.Context) (*nats.Subscription, error) {
 	subject := "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES." + journal.StreamWork + "." + journal.ConsumerWorkers
 	sub, err := p.js.Conn().Subscribe(subject, func(m *nats.Msg) {
+		// The server's advisories carry no reply subject and name our
+		// stream and consumer; anything else on the subject (a client that
+		// may create push consumers can aim one here) is ignored.
 		var a maxDeliveriesAdvisory
-		if err := json.Unmarshal(m.Data, &a); err != nil || a.StreamSeq == 0 {
+		if m.Reply != "" {
+			return
+		}
+		if err := json.Unmarshal(m.Data, &a); err != nil || a.StreamSeq == 0 || a.Stream != journal.StreamWork || a.Consumer != journal.ConsumerWorkers {
 			p.log.WarnContext(ctx, "unreadable max-deliveries advisory", "err", err)
 			return
 		}
