@@ -20,10 +20,10 @@ import (
 
 // Sizes of the cluster soak.
 const (
-	clusterRuns      = 200
-	workersPerProc   = 16
-	nodeKillAtShare  = 0.30 // of the expected events: kill a nats-server
-	workerKillAtShar = 0.65 // of the expected events: kill a worker process
+	clusterRuns       = 200
+	workersPerProc    = 16
+	nodeKillAtShare   = 0.30 // of the expected events: kill a nats-server
+	workerKillAtShare = 0.65 // of the expected events: kill a worker process
 )
 
 // natsNode is one nats-server process of the test cluster.
@@ -256,7 +256,7 @@ func TestClusterSurvivesANodeAndAWorker(t *testing.T) {
 	t.Logf("+%s: SIGKILL (unless baseline) nats-server %s (LOOPGATE_EVENTS leader) at %d events, %d runs finished",
 		nodeKilled.Sub(began).Round(time.Millisecond), victim.name, progress.Load(), ap.finishedCount())
 
-	waitProgress(workerKillAtShar)
+	waitProgress(workerKillAtShare)
 	workerKilled := time.Now()
 	if !baseline {
 		workers[0].kill()

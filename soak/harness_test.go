@@ -1120,23 +1120,6 @@ func (w *outboxWatch) writes() (map[string]int, int, bool) {
 	return out, w.temps, w.overflow
 }
 
-// processStats sums a worker log's lines of interest, for the report.
-func logCount(path string, substrings ...string) map[string]int {
-	out := map[string]int{}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return out
-	}
-	for _, l := range strings.Split(string(b), "\n") {
-		for _, s := range substrings {
-			if strings.Contains(l, s) {
-				out[s]++
-			}
-		}
-	}
-	return out
-}
-
 func mustMkdir(t testing.TB, dir string) {
 	t.Helper()
 	if err := os.MkdirAll(dir, 0o750); err != nil {
