@@ -150,6 +150,13 @@ func (s *stack) close(ctx context.Context) error {
 		cancel()
 	}
 	if s.nc != nil {
+		// Drain returns at once and finishes in the background, and the
+		// process exits right after close. Flush first, so the acks of the
+		// runs just settled reach the server; lost, their messages came
+		// back after AckWait to whoever was left (make soak saw it).
+		if err := s.nc.FlushTimeout(5 * time.Second); err != nil {
+			errs = append(errs, fmt.Errorf("flush before drain: %w", err))
+		}
 		errs = append(errs, s.nc.Drain())
 	}
 	if s.srv != nil {

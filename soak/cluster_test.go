@@ -113,8 +113,8 @@ type sample struct {
 
 // TestClusterSurvivesANodeAndAWorker runs 200 concurrent happy-path runs
 // on a 3-node JetStream cluster (R3 streams and KV) with two worker
-// processes and an auto-approver, SIGKILLs the nats-server leading
-// LOOPGATE_EVENTS about a third of the way through and one worker process
+// processes and an auto-approver, SIGKILLs the nats-server leading the
+// worker consumer about a third of the way through and one worker process
 // about two thirds of the way, and asserts that every run finishes done,
 // with 600 drafts written once each, no operation run twice, and every
 // run's events gapless and complete.
@@ -235,26 +235,37 @@ func TestClusterSurvivesANodeAndAWorker(t *testing.T) {
 		}
 	}
 
-	// Kill the nats-server that leads the events stream: the worst node
-	// to lose.
+	// Kill the nats-server that leads the worker consumer, the queue every
+	// worker pulls from: the worst node to lose (its pending pulls vanish
+	// with it). Which nodes led the events stream and the approvals
+	// consumer goes into the log.
 	// SOAK_BASELINE=1 runs the same load without killing anything, for
 	// the undisturbed throughput to compare with.
 	baseline := os.Getenv("SOAK_BASELINE") != ""
 	waitProgress(nodeKillAtShare)
-	victim := nodes[0]
+	leaders := map[string]string{}
 	if si, err := events.Info(ctx); err == nil && si.Cluster != nil {
-		for _, nd := range nodes {
-			if nd.name == si.Cluster.Leader {
-				victim = nd
+		leaders["LOOPGATE_EVENTS"] = si.Cluster.Leader
+	}
+	for _, sc := range [][2]string{{"LOOPGATE_WORK", "loopgate-workers"}, {"LOOPGATE_APPROVALS", "loopgate-approvals"}} {
+		if c, err := js.Consumer(ctx, sc[0], sc[1]); err == nil {
+			if ci, err := c.Info(ctx); err == nil && ci.Cluster != nil {
+				leaders[sc[1]] = ci.Cluster.Leader
 			}
+		}
+	}
+	victim := nodes[0]
+	for _, nd := range nodes {
+		if nd.name == leaders["loopgate-workers"] {
+			victim = nd
 		}
 	}
 	nodeKilled := time.Now()
 	if !baseline {
 		victim.proc.kill()
 	}
-	t.Logf("+%s: SIGKILL (unless baseline) nats-server %s (LOOPGATE_EVENTS leader) at %d events, %d runs finished",
-		nodeKilled.Sub(began).Round(time.Millisecond), victim.name, progress.Load(), ap.finishedCount())
+	t.Logf("+%s: SIGKILL (unless baseline) nats-server %s at %d events, %d runs finished; leaders: %v",
+		nodeKilled.Sub(began).Round(time.Millisecond), victim.name, progress.Load(), ap.finishedCount(), leaders)
 
 	waitProgress(workerKillAtShare)
 	workerKilled := time.Now()
@@ -359,8 +370,12 @@ func TestClusterSurvivesANodeAndAWorker(t *testing.T) {
 	defer samplesMu.Unlock()
 	var b strings.Builder
 	fmt.Fprintf(&b, "\ncluster soak: %d runs, 3 nats-servers (R3, sync_interval always), 2 worker processes x %d workers, ack-wait %s\n", clusterRuns, workersPerProc, ackWait)
-	fmt.Fprintf(&b, "  total %s; node %s killed at +%s; %s killed at +%s\n", total.Round(time.Millisecond),
-		victim.name, nodeKilled.Sub(began).Round(time.Millisecond), workers[0].name, workerKilled.Sub(began).Round(time.Millisecond))
+	verb := "killed"
+	if baseline {
+		verb = "NOT killed (baseline)"
+	}
+	fmt.Fprintf(&b, "  total %s; node %s %s at +%s (leaders then: %v); %s %s at +%s\n", total.Round(time.Millisecond),
+		victim.name, verb, nodeKilled.Sub(began).Round(time.Millisecond), leaders, workers[0].name, verb, workerKilled.Sub(began).Round(time.Millisecond))
 	fmt.Fprintf(&b, "  finished: %v; events %d (%d beyond the %d of undisturbed runs); drafts %d, tool writes %d, drafts written twice %d; operations %d\n",
 		reasons, totalEvents, extraEvents, clusterRuns*happyEvents, len(drafts), tempWrites, twice, len(ops))
 	keys := make([]string, 0, len(notables))

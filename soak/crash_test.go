@@ -157,6 +157,12 @@ func crashAtEveryPoint(t *testing.T, base string, urls []string, replicas int) {
 				if code := w0.stop(30 * time.Second); code != 0 {
 					t.Fatalf("unarmed worker exited %d on SIGTERM", code)
 				}
+				// A worker stopped by SIGTERM settles what it held: the
+				// run is parked, so nothing may wait for an ack (a lost ack
+				// would come back after AckWait as a second message).
+				if err := waitDrained(ctx, js, 1500*time.Millisecond); err != nil {
+					t.Errorf("after SIGTERM of the unarmed worker: %v", err)
+				}
 				w1 = startWorker(t, armed)
 				began = time.Now()
 				ap.release(runID)

@@ -529,7 +529,10 @@ func startApprover(t testing.TB, js jetstream.JetStream) *approver {
 		cancel()
 		t.Fatalf("approver: ordered consumer: %v", err)
 	}
-	a.cc, err = cons.Consume(a.handle, jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+	// A short pull expiry (heartbeat 1s): when a server dies with the
+	// consumer's pull pending, the approver notices in about 2s, not 10s,
+	// so its own lag does not hide loopgate's in the cluster numbers.
+	a.cc, err = cons.Consume(a.handle, jetstream.PullExpiry(3*time.Second), jetstream.PullHeartbeat(time.Second), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 		// Heartbeat misses and resets while a server is down are expected;
 		// the ordered consumer recreates itself where it left off.
 		t.Logf("approver: consume: %v", err)
