@@ -11,7 +11,8 @@ FUZZ_TARGETS = \
 	./worker:FuzzDecodeTask \
 	./worker:FuzzParseDecision \
 	./worker:FuzzParseApproval \
-	./redact:FuzzJSONStaysValid
+	./redact:FuzzJSONStaysValid \
+	./redact:FuzzCuesNeverHideAMatch
 
 .PHONY: help build test lint vet fmt-check unit compose-check fuzz-smoke fuzz bench soak demo clean
 

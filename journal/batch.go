@@ -89,12 +89,20 @@ const (
 // sync_interval), which costs several times an Append of the same events:
 // use AppendBatch there for atomicity, not speed. See docs/durability.md.
 func (j *Journal) AppendBatch(ctx context.Context, lastStreamSeq uint64, evs ...events.Event) (uint64, error) {
+	stored := make([][]byte, len(evs))
+	last, err := j.appendBatch(ctx, lastStreamSeq, evs, stored)
+	j.remember(lastStreamSeq, last, err, evs, stored)
+	return last, err
+}
+
+// appendBatch is AppendBatch; it puts each event's encoding in stored[i].
+func (j *Journal) appendBatch(ctx context.Context, lastStreamSeq uint64, evs []events.Event, stored [][]byte) (uint64, error) {
 	last := lastStreamSeq
 	switch {
 	case len(evs) == 0:
 		return last, nil
 	case len(evs) == 1:
-		return j.Append(ctx, last, evs...)
+		return j.appendEach(ctx, last, evs, stored)
 	case len(evs) > MaxBatch:
 		return last, fmt.Errorf("journal: append batch of run %s/%s: %d events, at most %d", evs[0].Tenant, evs[0].RunID, len(evs), MaxBatch)
 	}
@@ -121,6 +129,7 @@ func (j *Journal) AppendBatch(ctx context.Context, lastStreamSeq uint64, evs ...
 		if err != nil {
 			return last, fmt.Errorf("journal: append batch: encode %s event %d of run %s: %w", e.Type, e.Seq, runID, err)
 		}
+		stored[i] = data
 		msgs[i] = &nats.Msg{Subject: e.Subject(), Data: data, Header: nats.Header{
 			jetstream.MsgIDHeader:          []string{e.MsgID()},
 			jetstream.ExpectedStreamHeader: []string{StreamEvents},
@@ -162,7 +171,7 @@ func (j *Journal) AppendBatch(ctx context.Context, lastStreamSeq uint64, evs ...
 		// batch before its expectation and refuses the whole batch on a
 		// duplicate, so a retry lands here, as does a stale expectation.
 		// Only the events stored after lastStreamSeq tell them apart.
-		return j.resolveBatch(ctx, last, filter, msgs, evs, err)
+		return j.resolveBatch(ctx, last, filter, msgs, evs, stored, err)
 	case isAPIError(err, codeBatchDisabled):
 		j.atomic.Store(false)
 		return last, fmt.Errorf("journal: append batch of %d events of run %s/%s: %w: %w", len(evs), tenant, runID, ErrBatchUnsupported, err)
@@ -238,7 +247,7 @@ func (j *Journal) publishBatch(ctx context.Context, msgs []*nats.Msg) (uint64, e
 // byte, the batch was stored by an earlier attempt; if only a prefix is
 // (stored by an earlier Append), the rest is appended; anything else is
 // another writer's, a conflict.
-func (j *Journal) resolveBatch(ctx context.Context, lastStreamSeq uint64, filter string, msgs []*nats.Msg, evs []events.Event, cause error) (uint64, error) {
+func (j *Journal) resolveBatch(ctx context.Context, lastStreamSeq uint64, filter string, msgs []*nats.Msg, evs []events.Event, stored [][]byte, cause error) (uint64, error) {
 	e0 := &evs[0]
 	after := lastStreamSeq
 	for i, m := range msgs {
@@ -256,7 +265,7 @@ func (j *Journal) resolveBatch(ctx context.Context, lastStreamSeq uint64, filter
 			return after, &ConflictError{Tenant: e0.Tenant, RunID: e0.RunID, Seq: e0.Seq, Expected: lastStreamSeq, Err: cause}
 		case seq == 0:
 			// A prefix is stored: append the rest after it.
-			return j.AppendBatch(ctx, after, evs[i:]...)
+			return j.appendBatch(ctx, after, evs[i:], stored[i:])
 		case !ours:
 			return after, &ConflictError{Tenant: e0.Tenant, RunID: e0.RunID, Seq: evs[i].Seq, Expected: after,
 				Err: fmt.Errorf("stream seq %d holds another event (%w)", seq, cause)}

@@ -92,15 +92,36 @@ type Journal struct {
 
 	mu   sync.Mutex
 	runs jetstream.KeyValue // opened on first PutRun
+
+	cache *runCache // nil: off
+}
+
+// Option configures a Journal.
+type Option func(*Journal)
+
+// WithRunCache sets the budget, in bytes, of the cache of recently written
+// and read runs (DefaultRunCacheBytes unless set); 0 turns it off. The
+// cache only saves reads: every Load still asks the stream for the run's
+// last event and reads whatever the cache lacks.
+func WithRunCache(bytes int) Option {
+	return func(j *Journal) {
+		j.cache = nil
+		if bytes > 0 {
+			j.cache = newRunCache(bytes)
+		}
+	}
 }
 
 // New opens the journal on js. StreamEvents must exist (see Ensure).
-func New(ctx context.Context, js jetstream.JetStream) (*Journal, error) {
+func New(ctx context.Context, js jetstream.JetStream, opts ...Option) (*Journal, error) {
 	st, err := js.Stream(ctx, StreamEvents)
 	if err != nil {
 		return nil, fmt.Errorf("journal: open stream %s (was Ensure run?): %w", StreamEvents, err)
 	}
-	j := &Journal{js: js, events: st}
+	j := &Journal{js: js, events: st, cache: newRunCache(DefaultRunCacheBytes)}
+	for _, o := range opts {
+		o(j)
+	}
 	if info := st.CachedInfo(); info != nil {
 		j.atomic.Store(info.Config.AllowAtomicPublish)
 	}
@@ -129,6 +150,38 @@ func New(ctx context.Context, js jetstream.JetStream) (*Journal, error) {
 // (lastStreamSeq if none was). Cancelling ctx abandons the publish in
 // flight, whose outcome is then unknown: retry the Append or reload.
 func (j *Journal) Append(ctx context.Context, lastStreamSeq uint64, evs ...events.Event) (uint64, error) {
+	stored := make([][]byte, len(evs))
+	last, err := j.appendEach(ctx, lastStreamSeq, evs, stored)
+	j.remember(lastStreamSeq, last, err, evs, stored)
+	return last, err
+}
+
+// remember brings the run cache up to date after an append of evs (stored
+// holding their encodings) after stream seq base: on success the run gains
+// evs as the stream stored them (decoded from the bytes sent, so a cached
+// event equals a read one); on failure the run is forgotten.
+func (j *Journal) remember(base, last uint64, err error, evs []events.Event, stored [][]byte) {
+	if j.cache == nil || len(evs) == 0 {
+		return
+	}
+	key := runKey(evs[0].Tenant, evs[0].RunID)
+	if err != nil {
+		j.cache.forget(key)
+		return
+	}
+	out := make([]events.Event, len(evs))
+	for i, data := range stored {
+		if data == nil || json.Unmarshal(data, &out[i]) != nil {
+			j.cache.forget(key)
+			return
+		}
+	}
+	j.cache.extend(key, base, out, last)
+}
+
+// appendEach is Append, one publish per event; it puts each event's
+// encoding in stored[i].
+func (j *Journal) appendEach(ctx context.Context, lastStreamSeq uint64, evs []events.Event, stored [][]byte) (uint64, error) {
 	last := lastStreamSeq
 	if len(evs) == 0 {
 		return last, nil
@@ -151,6 +204,7 @@ func (j *Journal) Append(ctx context.Context, lastStreamSeq uint64, evs ...event
 		if err != nil {
 			return last, fmt.Errorf("journal: append: encode %s event %d of run %s: %w", e.Type, e.Seq, runID, err)
 		}
+		stored[i] = data
 		msg := &nats.Msg{Subject: e.Subject(), Data: data}
 		ack, err := j.js.PublishMsg(ctx, msg,
 			jetstream.WithMsgID(e.MsgID()),
@@ -239,20 +293,86 @@ func (j *Journal) storedNext(ctx context.Context, after uint64, filter string, m
 
 // Load returns every event of a run, in order, and the stream seq of the
 // last one (0 and no events for a run that has none), which is what the
-// next Append expects. A run with no events costs one request; otherwise
-// an ordered consumer reads the run's subjects up to that last event.
-// Events appended while Load runs may or may not be included. An event that
-// does not decode, or does not belong on its subject, is a *DecodeError
-// naming its stream seq.
+// next Append expects. Events appended while Load runs may or may not be
+// included. An event that does not decode, or does not belong on its
+// subject, is a *DecodeError naming its stream seq.
+//
+// It asks the stream (its leader) for the run's last event, one request,
+// and reads only what the run cache (see WithRunCache) lacks: nothing for
+// a run this process wrote last, a message-get per event for a short
+// tail, an ordered consumer for a long one.
 func (j *Journal) Load(ctx context.Context, tenant, runID string) ([]events.Event, uint64, error) {
 	if err := checkRun(tenant, runID); err != nil {
 		return nil, 0, fmt.Errorf("journal: load: %w", err)
 	}
-	evs, last, err := j.readNow(ctx, events.RunFilter(tenant, runID))
+	key := runKey(tenant, runID)
+	evs, last, err := j.load(ctx, key, events.RunFilter(tenant, runID))
 	if err != nil {
+		j.cache.forget(key)
 		return nil, 0, fmt.Errorf("journal: load run %s/%s: %w", tenant, runID, err)
 	}
+	j.cache.put(key, evs, last)
 	return evs, last, nil
+}
+
+// maxTailGets is the most events Load reads with one message-get each;
+// beyond it, a consumer costs less.
+const maxTailGets = 32
+
+func (j *Journal) load(ctx context.Context, key, filter string) ([]events.Event, uint64, error) {
+	lastMsg, err := j.events.GetLastMsgForSubject(ctx, filter)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil, 0, nil
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("last message: %w", err)
+	}
+	lastEv, err := decode(lastMsg.Subject, lastMsg.Sequence, lastMsg.Data)
+	if err != nil {
+		return nil, 0, err
+	}
+	have, after, ok := j.cache.get(key)
+	if ok && len(have) > 0 {
+		cachedSeq := have[len(have)-1].Seq
+		if after > lastMsg.Sequence || cachedSeq > lastEv.Seq || (cachedSeq == lastEv.Seq) != (after == lastMsg.Sequence) {
+			// The cache is ahead of or beside the stream (the stream
+			// recreated, say): read it all.
+			ok = false
+		}
+	}
+	if !ok || len(have) == 0 {
+		have, after = nil, 0
+	}
+	if after == lastMsg.Sequence {
+		return have, after, nil
+	}
+	var haveSeq uint64
+	if len(have) > 0 {
+		haveSeq = have[len(have)-1].Seq
+	}
+	if lastEv.Seq-haveSeq > maxTailGets {
+		tail, last, err := j.readFrom(ctx, filter, after+1, lastMsg.Sequence)
+		if err != nil {
+			return nil, 0, err
+		}
+		return append(have, tail...), last, nil
+	}
+	// A short tail: one get per event, the last one already in hand.
+	for n := lastEv.Seq - haveSeq - 1; n > 0; n-- {
+		m, err := j.events.GetMsg(ctx, after+1, jetstream.WithGetMsgSubject(filter))
+		if err != nil {
+			return nil, 0, fmt.Errorf("read after stream seq %d: %w", after, err)
+		}
+		if m.Sequence >= lastMsg.Sequence {
+			break // fewer events than their seqs say (some aged out): Fold will tell
+		}
+		e, err := decode(m.Subject, m.Sequence, m.Data)
+		if err != nil {
+			return nil, 0, err
+		}
+		have, after = append(have, e), m.Sequence
+	}
+	return append(have, lastEv), lastMsg.Sequence, nil
 }
 
 // Replay returns the events on filter (a subject filter within
@@ -277,26 +397,27 @@ func (j *Journal) readNow(ctx context.Context, filter string) ([]events.Event, u
 	if err != nil {
 		return nil, 0, fmt.Errorf("last message: %w", err)
 	}
-	last, err := decode(lastMsg.Subject, lastMsg.Sequence, lastMsg.Data)
-	if err != nil {
-		return nil, 0, err
-	}
-	if last.Seq == 1 && filter == events.RunFilter(last.Tenant, last.RunID) {
-		// A run's first event is all there is: no need for a consumer.
-		return []events.Event{last}, lastMsg.Sequence, nil
-	}
+	return j.readFrom(ctx, filter, 1, lastMsg.Sequence)
+}
 
-	cons, err := j.events.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
+// readFrom reads the events on filter from stream seq from up to stream
+// seq upTo through an ordered consumer.
+func (j *Journal) readFrom(ctx context.Context, filter string, from, upTo uint64) ([]events.Event, uint64, error) {
+	cfg := jetstream.OrderedConsumerConfig{
 		FilterSubjects:    []string{filter},
 		InactiveThreshold: readInactive,
 		MaxResetAttempts:  3,
-	})
+	}
+	if from > 1 {
+		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, from
+	}
+	cons, err := j.events.OrderedConsumer(ctx, cfg)
 	if err != nil {
 		return nil, 0, fmt.Errorf("ordered consumer: %w", err)
 	}
 	defer j.drop(ctx, cons)
 	if info := cons.CachedInfo(); info != nil && info.NumPending == 0 {
-		return nil, 0, nil // aged out since GetLastMsgForSubject
+		return nil, 0, nil // aged out since the last message was read
 	}
 	// readHeartbeat, not nats.go's 5s default for ordered consumers: on a
 	// cluster the first pull to a just-created consumer is sometimes
@@ -329,7 +450,7 @@ func (j *Journal) readNow(ctx context.Context, filter string) ([]events.Event, u
 			return nil, 0, err
 		}
 		out = append(out, e)
-		if seq >= lastMsg.Sequence || md.NumPending == 0 {
+		if seq >= upTo || md.NumPending == 0 {
 			return out, seq, nil
 		}
 	}

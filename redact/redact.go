@@ -87,7 +87,12 @@ func (r *Redactor) String(s string) (string, bool) {
 		return s, false
 	}
 	changed := false
+	var cues cues
+	cues.scan(s)
 	for _, p := range r.patterns {
+		if !cues.allow(p, s) {
+			continue
+		}
 		re := expressions[p]
 		if !re.MatchString(s) {
 			continue
@@ -103,6 +108,64 @@ func (r *Redactor) String(s string) (string, bool) {
 		})
 	}
 	return s, changed
+}
+
+// cues are what a string must hold before a pattern's expression can
+// match it, counted in one pass: most strings in an event hold none (ids,
+// tool names, short text), and the expressions, run on every string of
+// every event, were a fifth of the CPU at sync=2m (docs/benchmarks.md).
+// Each cue is necessary, never sufficient; TestCuesNeverHideAMatch and
+// FuzzCuesNeverHideAMatch hold them to the expressions.
+type cues struct {
+	digits   int
+	at       bool
+	dash     bool
+	nonASCII bool
+}
+
+func (c *cues) scan(s string) {
+	for i := 0; i < len(s); i++ {
+		switch b := s[i]; {
+		case b >= '0' && b <= '9':
+			c.digits++
+		case b == '@':
+			c.at = true
+		case b == '-':
+			c.dash = true
+		case b >= 0x80:
+			c.nonASCII = true
+		}
+	}
+}
+
+// bearerWords are the words one of which every match of the Bearer
+// expression contains, lower-cased.
+var bearerWords = []string{"bearer", "sk-", "sk_", "pk-", "pk_", "ghp", "xox", "password", "passwd", "pwd", "token", "secret", "api"}
+
+// allow reports whether p's expression could match s.
+func (c *cues) allow(p Pattern, s string) bool {
+	switch p {
+	case Email:
+		return c.at
+	case Card:
+		return c.digits >= 13
+	case SSN:
+		return c.digits >= 9 && c.dash
+	case Phone:
+		return c.digits >= 7
+	case Bearer:
+		if c.nonASCII {
+			return true // (?i) folds some non-ASCII letters onto ASCII ones (ſ, K)
+		}
+		lower := strings.ToLower(s)
+		for _, w := range bearerWords {
+			if strings.Contains(lower, w) {
+				return true
+			}
+		}
+		return false
+	}
+	return true
 }
 
 // luhn reports whether the digits of s pass the Luhn checksum.

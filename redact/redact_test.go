@@ -80,3 +80,37 @@ func jsonEqual(a, b []byte) bool {
 	ya, _ := json.Marshal(y)
 	return string(xa) == string(ya)
 }
+
+// cueCorpus holds strings around each cue's edge: matches and near misses.
+var cueCorpus = []string{
+	"", "plain words", "x@y.io", "mail A.B@EXAMPLE.ORG now", "@", "4111 1111 1111 1111", "4111-1111-1111-1111",
+	"411111111111", "123-45-6789", "12345678", "555-0121", "(555) 012-3456", "+44 20 7946 0958", "5550121",
+	"Bearer abcdefgh12345", "BEARER   zzzzzzzzzz==", "sk-abcdefghijklmn", "SK_ABCDEFGHIJKLMN", "ghp_abcdefghijklmnop",
+	"xoxb-1234567890ab", "password=hunter2", "PassWord : x", "pwd=1", "token: abc", "Secret=abc", "api-key=abc",
+	"API_KEY=abc", "apikey: z", "ſk-abcdefghijklmn", "\u212a", "sK-abcdefghijklmn", "my bearer is late",
+}
+
+// TestCuesNeverHideAMatch: every pattern redacts exactly what its
+// expression alone does; the cues only skip strings it cannot match.
+func TestCuesNeverHideAMatch(t *testing.T) {
+	for _, s := range cueCorpus {
+		checkCues(t, s)
+	}
+}
+
+func FuzzCuesNeverHideAMatch(f *testing.F) {
+	for _, s := range cueCorpus {
+		f.Add(s)
+	}
+	f.Fuzz(checkCues)
+}
+
+func checkCues(t *testing.T, s string) {
+	for _, p := range redact.AllPatterns {
+		r := redact.New([]string{}, []redact.Pattern{p})
+		got, _ := r.String(s)
+		if want := redact.ExpressionOnly(p, s); got != want {
+			t.Fatalf("pattern %s on %q: %q, the expression alone gives %q", p, s, got, want)
+		}
+	}
+}

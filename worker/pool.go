@@ -225,7 +225,7 @@ func (p *Pool) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("worker: consumer %s on %s: %w", journal.ConsumerApprovals, journal.StreamApprovals, err)
 	}
-	aiter, err := acons.Messages(jetstream.PullMaxMessages(1), jetstream.PullExpiry(pullExpiry))
+	aiter, err := acons.Messages(jetstream.PullMaxMessages(p.opts.Workers), jetstream.PullExpiry(pullExpiry))
 	if err != nil {
 		return fmt.Errorf("worker: consume %s: %w", journal.StreamApprovals, err)
 	}
@@ -255,9 +255,9 @@ func (p *Pool) Start(ctx context.Context) error {
 	for range p.opts.Workers {
 		p.wg.Go(func() { p.consume(runCtx, iter) })
 	}
-	// Approval messages are decided one at a time per process: each is a
-	// few KV and stream operations, and order within a call matters.
-	p.wg.Go(func() { p.consumeApprovals(runCtx, aiter) })
+	// Approval messages are decided in as many lanes as there are workers,
+	// each run's in order in its lane (see consumeApprovals).
+	p.wg.Go(func() { p.consumeApprovals(runCtx, aiter, p.opts.Workers) })
 	p.log.InfoContext(ctx, "workers started", "workers", p.opts.Workers)
 	return nil
 }

@@ -1,0 +1,4 @@
+package worker
+
+// LaneOf is laneOf, for tests that place runs in approval lanes.
+var LaneOf = laneOf

@@ -1,0 +1,83 @@
+package worker_test
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/loopgate/loopgate/events"
+	"github.com/loopgate/loopgate/worker"
+)
+
+// Approvals of different runs are decided at once: the first decision is
+// held inside the approvals handler (at after:approved) until a second
+// run's decision gets there too. Decided one at a time, the second never
+// would, and the first is let go only by the timeout.
+func TestApprovalsOfDifferentRunsAreDecidedConcurrently(t *testing.T) {
+	t.Parallel()
+	const workers = 4
+	var (
+		mu       sync.Mutex
+		arrived  int
+		both     = make(chan struct{})
+		timedOut bool
+	)
+	o := oneDraft(t, "drafted")
+	o.workers = workers
+	o.crash = func(point string) {
+		if point != "after:approved" {
+			return
+		}
+		mu.Lock()
+		arrived++
+		if arrived == 2 {
+			close(both)
+		}
+		first := arrived == 1
+		mu.Unlock()
+		if !first {
+			return
+		}
+		select {
+		case <-both:
+		case <-time.After(10 * time.Second):
+			mu.Lock()
+			timedOut = true
+			mu.Unlock()
+		}
+	}
+	b := setup(t, o)
+
+	// Two runs in different lanes (the lane is a hash of the run id).
+	var (
+		runs   []string
+		hashes = map[string]string{}
+	)
+	lanes := map[int]bool{}
+	for i := 0; len(runs) < 2; i++ {
+		id := fmt.Sprintf("lanes-%d", i)
+		runID := events.RunID("cityops", id)
+		lane := worker.LaneOf(events.ApprovalSubject("cityops", runID, "s1c1"), workers)
+		if lanes[lane] {
+			continue
+		}
+		lanes[lane] = true
+		got, q := draftRun(t, b, id)
+		if got != runID {
+			t.Fatalf("run id %s, want %s", got, runID)
+		}
+		runs, hashes[runID] = append(runs, runID), q.ArgsHash
+	}
+	for _, runID := range runs {
+		b.publishApproval(runID, "s1c1", hashes[runID], "approve", "supervisor@cityops", "ok")
+	}
+	for _, runID := range runs {
+		assertTrail(t, b.waitEnd(runID), concat([]string{"started"}, gatedStep("draft_escalation"), []string{"proposed:final", "finished:done"}))
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if timedOut {
+		t.Fatal("the second run's approval was decided only after the first's was let go: approvals are decided one at a time")
+	}
+}
