@@ -26,9 +26,26 @@ const maxAttempts = 2
 // deadline (plus this) passes, no other worker touches the call.
 const leaseGrace = 2 * time.Second
 
-// errBusy means another worker may be in the middle of the run: hand the
-// message back and look again later.
+// errBusy means another worker may be in the middle of the run. Errors
+// matching it are *busyError.
 var errBusy = errors.New("run is busy: an attempt of another worker may still be running")
+
+// busyError says until when a run is busy: the lease of the attempt in
+// flight, its deadline plus leaseGrace. The worker schedules the run's
+// wake-up for then and lets the message go (see Pool.failed), rather than
+// hand it back: each hand-back is a delivery toward MaxDeliver, and a
+// write whose lease outlasts a few redeliveries would be stopped as a
+// poison message after a crash (make soak found it).
+type busyError struct {
+	callID string
+	until  time.Time
+}
+
+func (e *busyError) Error() string {
+	return fmt.Sprintf("%v: call %s until %s", errBusy, e.callID, e.until.Format(time.RFC3339Nano))
+}
+
+func (e *busyError) Is(target error) bool { return target == errBusy }
 
 // maxRecordedResult bounds the result kept in an executed event.
 const maxRecordedResult = 16 << 10
@@ -271,7 +288,7 @@ func (r *run) executeGroup(ctx context.Context, group []*events.CallState, act a
 		case act == actResume && r.p.now().Before(c.Executing[len(c.Executing)-1].Deadline.Add(leaseGrace)):
 			// The attempt's deadline has not passed: the worker that began
 			// it may be alive and about to record its end. Let it.
-			return errBusy
+			return &busyError{callID: c.Call.ID, until: c.Executing[len(c.Executing)-1].Deadline.Add(leaseGrace)}
 		case act == actResume && m.Permission == tools.Write:
 			// A write began and its worker is gone: finish that same
 			// attempt, guided by the idempotency record, never by a blind

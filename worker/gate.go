@@ -163,6 +163,10 @@ func (r *run) expire(ctx context.Context, c *events.CallState) error {
 	})
 }
 
+// leaseSuffix ends the schedule subject token of a lease's wake-up
+// (<call_id>-lease), apart from the call's approval expiry (<call_id>).
+const leaseSuffix = "-lease"
+
 // scheduleWake asks JetStream to publish the run's wake-up at t: the
 // expiry of a parked run costs a stored message, not a timer.
 func (p *Pool) scheduleWake(ctx context.Context, tenant, runID, callID string, t time.Time) error {

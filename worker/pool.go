@@ -38,7 +38,8 @@ type Config struct {
 	IDs events.IDSource
 	// Heartbeat is how often a worker tells JetStream it still holds a
 	// message (InProgress), so AckWait never redelivers a live run.
-	// Defaults to 5s; keep it well under the consumer's AckWait.
+	// Defaults to 5s, and is cut to a third of the consumer's AckWait
+	// when that is shorter.
 	Heartbeat time.Duration
 	// TransientBackoff is the wait before the one retry of a transient
 	// tool failure. Defaults to 250ms.
@@ -243,6 +244,12 @@ func (p *Pool) Start(ctx context.Context) error {
 		return fmt.Errorf("worker: consume %s: %w", journal.StreamWork, err)
 	}
 	p.maxDeliver = cons.CachedInfo().Config.MaxDeliver
+	if aw := cons.CachedInfo().Config.AckWait; aw > 0 && p.opts.Heartbeat > aw/3 {
+		// Beat well inside the consumer's AckWait, whatever was asked: a
+		// step longer than AckWait would otherwise go to a second worker
+		// while the first still works on it (make soak, --ack-wait 2s).
+		p.opts.Heartbeat = aw / 3
+	}
 	advisories, err := p.watchMaxDeliveries(runCtx)
 	if err != nil {
 		cancel()
@@ -446,6 +453,18 @@ func (p *Pool) resume(ctx context.Context, tenant, runID string) (outcome, strin
 
 // failed logs a run's error, if any, and classifies it.
 func (p *Pool) failed(ctx context.Context, r *run, err error) (outcome, string) {
+	var busy *busyError
+	if errors.As(err, &busy) {
+		// Come back when the lease ends, by a scheduled wake-up: the
+		// message is settled, so waiting out a long lease uses up no
+		// deliveries and holds no worker.
+		serr := p.scheduleWake(ctx, r.task.Tenant, r.st.RunID, busy.callID+leaseSuffix, busy.until)
+		if serr == nil {
+			r.log.InfoContext(ctx, "run busy; looking again when the attempt's lease ends", "call_id", busy.callID, "until", busy.until)
+			return settled, ""
+		}
+		r.log.WarnContext(ctx, "schedule wake-up at lease end", "call_id", busy.callID, "err", serr)
+	}
 	o := classify(err)
 	if err != nil && o == retry {
 		r.log.WarnContext(ctx, "run interrupted; it will be continued from its events", "err", err)

@@ -1,0 +1,80 @@
+package worker_test
+
+import (
+	"context"
+	"runtime"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/loopgate/loopgate/config"
+	"github.com/loopgate/loopgate/events"
+	"github.com/loopgate/loopgate/journal"
+	"github.com/loopgate/loopgate/model"
+	"github.com/loopgate/loopgate/tools"
+)
+
+// A worker that dies right after its write's executing event leaves a
+// lease (the attempt's deadline plus grace) that outlasts every
+// redelivery the consumer allows. The next worker waits it out by a
+// scheduled wake-up, not by handing the message back until MaxDeliver
+// stops the run as a poison message; then it finishes the write, once.
+func TestALeaseLongerThanTheRedeliveriesIsWaitedOut(t *testing.T) {
+	t.Parallel()
+	var runs, deaths atomic.Int32
+	m, fns := ungated("create_ticket", &runs, nil)
+	m.Timeout = events.Duration(3 * time.Second) // lease: 3s + 2s grace, against 2 deliveries 300ms apart
+	b := setup(t, options{
+		tools: []tools.Manifest{m}, builtins: fns, roles: writerRoles("create_ticket"),
+		agents:  map[string]config.Profile{"ticketer": profile("create_ticket")},
+		scripts: map[string]model.Model{"ticketer": scripted(t, `{"tool_calls":[{"tool":"create_ticket","args":{"n":7}}]}`, `{"final_answer":{"summary":"ok"}}`)},
+		layout:  journal.Layout{MaxDeliver: 2, AckWait: 300 * time.Millisecond},
+		retry:   20 * time.Millisecond,
+		crash: func(point string) {
+			if point == "after:executing" && deaths.Add(1) == 1 {
+				runtime.Goexit() // this worker is gone, its message unsettled
+			}
+		},
+		workers: 2,
+	})
+	evs := b.waitEnd(b.submit(task("lease-1", "ticketer")))
+	assertTrail(t, evs, concat([]string{"started"}, okStep("create_ticket"), []string{"proposed:final", "finished:done"}))
+	if n := runs.Load(); n != 1 {
+		t.Errorf("the write ran %d times, want once", n)
+	}
+	// Not before the lease ended: nobody touched the call while its
+	// worker might have been alive.
+	lease := last[events.ExecutingData](t, evs, events.TypeExecuting).Deadline.Add(2 * time.Second)
+	if done := all(evs, events.TypeExecuted)[0].Time; done.Before(lease) {
+		t.Errorf("the write was finished at %s, before its lease ended at %s", done, lease)
+	}
+}
+
+// A step longer than the consumer's AckWait stays with its worker: the
+// heartbeat follows AckWait, not its 5s default, so the message is not
+// handed to a second worker while the first still works on it.
+func TestAStepLongerThanAckWaitIsNotRedelivered(t *testing.T) {
+	t.Parallel()
+	var calls atomic.Int32
+	b := setup(t, options{
+		tools: []tools.Manifest{fakeTool("slow_read", tools.Read, false)}, roles: writerRoles("slow_read"),
+		builtins: tools.Builtins{"slow_read": func(ctx context.Context, c tools.Call) (any, error) {
+			calls.Add(1)
+			time.Sleep(time.Second)
+			return map[string]int{"n": 1}, nil
+		}},
+		agents:  map[string]config.Profile{"slow": profile("slow_read")},
+		scripts: map[string]model.Model{"slow": scripted(t, `{"tool_calls":[{"tool":"slow_read","args":{}}]}`, `{"final_answer":{"summary":"ok"}}`)},
+		layout:  journal.Layout{AckWait: 300 * time.Millisecond},
+		workers: 2,
+	})
+	evs := b.waitEnd(b.submit(task("long-step-1", "slow")))
+	assertTrail(t, evs, concat([]string{"started"}, okStep("slow_read"), []string{"proposed:final", "finished:done"}))
+	if n := calls.Load(); n != 1 {
+		t.Errorf("tool called %d times, want 1", n)
+	}
+	if logs := b.logs.String(); strings.Contains(logs, "run busy") {
+		t.Errorf("the message went to a second worker while the first worked on it:\n%s", logs)
+	}
+}
