@@ -61,6 +61,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
 
 	"github.com/loopgate/loopgate/approvals"
 	"github.com/loopgate/loopgate/config"
@@ -504,6 +505,7 @@ type lgDriver struct {
 	nc    *nats.Conn
 	js    jetstream.JetStream
 	store *approvals.Store
+	key   nkeys.KeyPair // lgApprover's example key: the example requires signed approvals
 	cc    jetstream.ConsumeContext
 	cons  string // the ordered consumer's name, for the census
 	id    string // unique per driver: task ids never repeat on a server
@@ -541,8 +543,16 @@ func newLGDriver(b *testing.B, srv *lgServer) *lgDriver {
 	if err != nil {
 		fail(err)
 	}
+	seed, err := cityops.ApproverSeed(lgApprover)
+	if err != nil {
+		fail(err)
+	}
+	key, err := approvals.ParseSeed(seed)
+	if err != nil {
+		fail(err)
+	}
 	d := &lgDriver{
-		b: b, nc: nc, js: js, store: approvals.NewStore(kv), id: uuid.NewString()[:8],
+		b: b, nc: nc, js: js, store: approvals.NewStore(kv), key: key, id: uuid.NewString()[:8],
 		types: map[events.Type]int{}, hashes: map[string]string{}, approved: map[string]bool{},
 		finished: make(chan lgEnd, 1<<16), failed: make(chan error, 16),
 	}
@@ -653,7 +663,7 @@ func (d *lgDriver) onEvent(m jetstream.Msg) {
 
 // approve publishes the supervisor's approval of the call's exact
 // arguments (the args hash of its question, from the pending entry if
-// the question was not seen).
+// the question was not seen), signed with the supervisor's example key.
 func (d *lgDriver) approve(runID, callID, hash string) error {
 	ctx, cancel := context.WithTimeout(d.b.Context(), 30*time.Second)
 	defer cancel()
@@ -664,10 +674,14 @@ func (d *lgDriver) approve(runID, callID, hash string) error {
 		}
 		hash = e.ArgsHash
 	}
-	payload, err := json.Marshal(approvals.Message{
+	msg := approvals.Message{
 		RunID: runID, CallID: callID, ArgsHash: hash,
 		Decision: approvals.Approve, Approver: approvals.Approver{ID: lgApprover},
-	})
+	}
+	if err := approvals.Sign(&msg, d.key, time.Now()); err != nil {
+		return fmt.Errorf("approve %s/%s: %w", runID, callID, err)
+	}
+	payload, err := json.Marshal(msg)
 	if err != nil {
 		return err
 	}

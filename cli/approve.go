@@ -141,23 +141,41 @@ func decide(ctx context.Context, e env, verb string, args []string) int {
 		RunID: runID, CallID: callID, ArgsHash: entry.ArgsHash, Decision: d,
 		Approver: approvals.Approver{ID: *as}, Reason: *reason,
 	}
-	signedBy := ""
-	if key != nil {
-		// Signed after the confirmation, so signed_at is when it was sent.
-		if err := approvals.Sign(&msg, key, time.Now()); err != nil {
-			return fail(e, "%s: %v; nothing sent", verb, err)
-		}
-		pub, _ := key.PublicKey()
-		signedBy = ", signed by " + pub
+	// Signed after the confirmation, so signed_at is when it was sent.
+	subject, seq, signedBy, err := sendDecision(ctx, js, entry.Tenant, msg, key)
+	if err != nil {
+		return fail(e, "%s: %v", verb, err)
 	}
-	payload, _ := json.Marshal(msg)
-	subject := events.ApprovalSubject(entry.Tenant, runID, callID)
+	if signedBy != "" {
+		signedBy = ", signed by " + signedBy
+	}
+	fmt.Fprintf(e.stdout, "sent %s on %s (approvals seq %d%s)\n", d, subject, seq, signedBy)
+	return awaitDecision(ctx, e, j, entry.Tenant, runID, seq, *wait, *natsURL)
+}
+
+// sendDecision publishes msg on its call's approvals subject of tenant, as
+// any approver's client would: signed with key as of now when key is not
+// nil (approvals.Sign), unsigned otherwise. It returns the subject, the
+// message's sequence in LOOPGATE_APPROVALS and the public key that signed
+// ("" when unsigned). loopgate approve, loopgate deny and the demo's
+// approver all send through here.
+func sendDecision(ctx context.Context, js jetstream.JetStream, tenant string, msg approvals.Message, key nkeys.KeyPair) (subject string, seq uint64, signedBy string, err error) {
+	if key != nil {
+		if err := approvals.Sign(&msg, key, time.Now()); err != nil {
+			return "", 0, "", fmt.Errorf("%w; nothing sent", err)
+		}
+		signedBy, _ = key.PublicKey()
+	}
+	payload, err := json.Marshal(msg)
+	if err != nil {
+		return "", 0, "", fmt.Errorf("encode the decision: %w; nothing sent", err)
+	}
+	subject = events.ApprovalSubject(tenant, msg.RunID, msg.CallID)
 	ack, err := js.Publish(ctx, subject, payload, jetstream.WithMsgID(uuid.NewString()))
 	if err != nil {
-		return fail(e, "%s: publish on %s: %v", verb, subject, err)
+		return subject, 0, "", fmt.Errorf("publish on %s: %w", subject, err)
 	}
-	fmt.Fprintf(e.stdout, "sent %s on %s (approvals seq %d%s)\n", d, subject, ack.Sequence, signedBy)
-	return awaitDecision(ctx, e, j, entry.Tenant, runID, ack.Sequence, *wait, *natsURL)
+	return subject, ack.Sequence, signedBy, nil
 }
 
 // chooseDecision is the decision a command sends for a question of kind k.
@@ -241,6 +259,9 @@ func awaitDecision(ctx context.Context, e env, j *journal.Journal, tenant, runID
 			fmt.Fprintf(e.stdout, "REJECTED (%s): %s\n", d.Class, printable(d.Detail))
 			fmt.Fprintf(e.stderr, "loopgate: %s's decision (%s) on run %s call %s was rejected: %s — %s\n",
 				printable(d.Approver), d.Decision, runID, ev.CallID, d.Class, printable(d.Detail))
+			if d.Class == approvals.RejectUnsigned {
+				fmt.Fprintln(e.stderr, "loopgate: sign it: send it again with --key FILE, the approver's nkey seed (loopgate keys new makes one; the CityOps example's are in examples/cityops/keys)")
+			}
 			return exitApprovalRejected
 		}
 	}

@@ -18,7 +18,8 @@ import (
 )
 
 // approveWhenParked answers every call run runID parks on with
-// `loopgate approve RUN CALL --as as --yes`, until stop is called.
+// `loopgate approve RUN CALL --as as --key examples/cityops/keys/<as>.nk
+// --yes`, until stop is called.
 func approveWhenParked(t *testing.T, url, runID, as string) (stop func()) {
 	t.Helper()
 	nc, err := nats.Connect(url)
@@ -47,7 +48,7 @@ func approveWhenParked(t *testing.T, url, runID, as string) (stop func()) {
 				}
 				for _, call := range d.Awaiting {
 					var out, errOut bytes.Buffer
-					code := Main(t.Context(), []string{"approve", runID, call, "--as", as, "--yes", "--nats", url, "--wait", "30s"}, nil, &out, &errOut)
+					code := Main(t.Context(), []string{"approve", runID, call, "--as", as, "--key", exampleKeys + as + ".nk", "--yes", "--nats", url, "--wait", "30s"}, nil, &out, &errOut)
 					if code != exitOK {
 						t.Errorf("approve %s: exit %d\n%s\n%s", call, code, out.String(), errOut.String())
 					}
@@ -140,7 +141,7 @@ func TestPendingShowsAParkedCallWithItsExactAction(t *testing.T) {
 		"principal  dev@cityops",
 		"why        draft_escalation is a write tool: a human must approve these exact arguments",
 		"expires    in ", // approval_ttl: 1h
-		"loopgate approve " + runID + " s3c1 --as <approver> --nats " + srv.url,
+		"loopgate approve " + runID + " s3c1 --as <approver> [--key FILE] --nats " + srv.url,
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("pending output lacks %q:\n%s", want, out)
@@ -173,15 +174,27 @@ func TestApproveByAnApproverThePolicyRefusesIsRejectedAndTheRunStaysParked(t *te
 	data := t.TempDir()
 	srv := startServe(t, data)
 	runID := parkedRun(t, srv, "refused-1")
+	// A key of nobody's: the example has none for nobody@cityops.
+	strangerKey := filepath.Join(t.TempDir(), "nobody.nk")
+	if code, _, errOut := run(t, "", "keys", "new", "--out", strangerKey); code != exitOK {
+		t.Fatalf("keys new: %s", errOut)
+	}
+	// Each signs with their own key, so the signature verifies and what
+	// is judged is who they are. The example requires signatures, and
+	// Check authenticates a message before it looks at its approver: an
+	// approver missing from the policy has no key to verify against, so
+	// nobody@cityops is refused as bad_signature, never as
+	// unknown_approver (the worker tests cover that class with signatures
+	// off).
 	cases := []struct {
-		as, class, detail string
+		as, key, class, detail string
 	}{
-		{"intern@cityops", approvals.RejectNotAllowed, "intern@cityops's roles may not approve draft_escalation"},
-		{"dev@cityops", approvals.RejectSelf, "dev@cityops asked for this run and may not approve it"}, // his own run
-		{"nobody@cityops", approvals.RejectUnknown, "nobody@cityops is not an approver in the policy"},
+		{"intern@cityops", exampleKeys + "intern@cityops.nk", approvals.RejectNotAllowed, "intern@cityops's roles may not approve draft_escalation"},
+		{"dev@cityops", exampleKeys + "dev@cityops.nk", approvals.RejectSelf, "dev@cityops asked for this run and may not approve it"}, // his own run
+		{"nobody@cityops", strangerKey, approvals.RejectBadSignature, "nobody@cityops is not an approver in the policy: no key to verify the signature against"},
 	}
 	for _, c := range cases {
-		code, out, errOut := run(t, "", "approve", runID, "s3c1", "--as", c.as, "--yes", "--nats", srv.url, "--wait", "30s")
+		code, out, errOut := run(t, "", "approve", runID, "s3c1", "--as", c.as, "--key", c.key, "--yes", "--nats", srv.url, "--wait", "30s")
 		if code != exitApprovalRejected {
 			t.Errorf("approve --as %s: exit %d, want %d\n%s\n%s", c.as, code, exitApprovalRejected, out, errOut)
 		}
@@ -208,13 +221,14 @@ func TestApproveResumesTheRunAndTheDraftIsWrittenOnce(t *testing.T) {
 	srv := startServe(t, data)
 	runID := parkedRun(t, srv, "approve-1")
 
+	const key = exampleKeys + "supervisor@cityops.nk"
 	// Without --yes it asks; anything but y sends nothing.
-	code, out, _ := run(t, "n\n", "approve", runID, "s3c1", "--as", "supervisor@cityops", "--nats", srv.url)
+	code, out, _ := run(t, "n\n", "approve", runID, "s3c1", "--as", "supervisor@cityops", "--key", key, "--nats", srv.url)
 	if code != exitError || !strings.Contains(out, "send approve? [y/N] n\nnot sent") {
 		t.Fatalf("approve answered n: exit %d\n%s", code, out)
 	}
 
-	code, out, errOut := run(t, "y\n", "approve", runID, "s3c1", "--as", "supervisor@cityops", "--reason", "past the threshold", "--nats", srv.url, "--wait", "30s")
+	code, out, errOut := run(t, "y\n", "approve", runID, "s3c1", "--as", "supervisor@cityops", "--key", key, "--reason", "past the threshold", "--nats", srv.url, "--wait", "30s")
 	if code != exitOK {
 		t.Fatalf("approve exit %d\n%s\n%s", code, out, errOut)
 	}
@@ -224,7 +238,7 @@ func TestApproveResumesTheRunAndTheDraftIsWrittenOnce(t *testing.T) {
 		"executed           s3c1   draft_escalation ok",
 		// The run goes on to the next draft and parks again.
 		"approval_requested s4c1",
-		"waiting for approval: loopgate approve " + runID + " s4c1 --as <approver>",
+		"waiting for approval: loopgate approve " + runID + " s4c1 --as <approver> [--key FILE]",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("approve output lacks %q:\n%s", want, out)
@@ -236,11 +250,11 @@ func TestApproveResumesTheRunAndTheDraftIsWrittenOnce(t *testing.T) {
 
 	// The same approval again is refused before anything is sent, and an
 	// approval message sent anyway (a replay) decides nothing.
-	code, _, errOut = run(t, "", "approve", runID, "s3c1", "--as", "supervisor@cityops", "--yes", "--nats", srv.url)
+	code, _, errOut = run(t, "", "approve", runID, "s3c1", "--as", "supervisor@cityops", "--key", key, "--yes", "--nats", srv.url)
 	if code != exitError || !strings.Contains(errOut, "is not pending: already decided approved by supervisor@cityops") {
 		t.Errorf("second approve: exit %d: %s", code, errOut)
 	}
-	code, _, errOut = run(t, "", "approve", runID, "s9c9", "--as", "supervisor@cityops", "--yes", "--nats", srv.url)
+	code, _, errOut = run(t, "", "approve", runID, "s9c9", "--as", "supervisor@cityops", "--key", key, "--yes", "--nats", srv.url)
 	if code != exitError || !strings.Contains(errOut, "has no approval request") {
 		t.Errorf("approve of a call never asked about: exit %d: %s", code, errOut)
 	}
@@ -285,11 +299,12 @@ func TestDenyReachesTheModelAsAnObservation(t *testing.T) {
 	srv := startServe(t, data)
 	runID := parkedRun(t, srv, "deny-1")
 
-	code, _, errOut := run(t, "", "deny", runID, "s3c1", "--as", "supervisor@cityops", "--yes", "--nats", srv.url)
+	const key = exampleKeys + "supervisor@cityops.nk"
+	code, _, errOut := run(t, "", "deny", runID, "s3c1", "--as", "supervisor@cityops", "--key", key, "--yes", "--nats", srv.url)
 	if code != exitError || !strings.Contains(errOut, "--reason is required") {
 		t.Errorf("deny without a reason: exit %d: %s", code, errOut)
 	}
-	code, out, errOut := run(t, "", "deny", runID, "s3c1", "--as", "supervisor@cityops", "--reason", "SR-10421 is with the crew", "--yes", "--nats", srv.url, "--wait", "30s")
+	code, out, errOut := run(t, "", "deny", runID, "s3c1", "--as", "supervisor@cityops", "--key", key, "--reason", "SR-10421 is with the crew", "--yes", "--nats", srv.url, "--wait", "30s")
 	if code != exitOK {
 		t.Fatalf("deny exit %d\n%s\n%s", code, out, errOut)
 	}

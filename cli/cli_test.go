@@ -4,16 +4,19 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
 
 	"github.com/loopgate/loopgate/events"
 )
@@ -26,7 +29,8 @@ func TestDemoHappyPathApprovesThreeDraftsAndFinishesDone(t *testing.T) {
 		t.Fatalf("demo exit %d\nstdout:\n%s\nstderr:\n%s", code, out.String(), errOut.String())
 	}
 	s := out.String()
-	for _, want := range []string{"SR-10421", "SR-10422", "SR-10423", "finished: done", "3 drafts"} {
+	for _, want := range []string{"SR-10421", "SR-10422", "SR-10423", "finished: done", "3 drafts",
+		"the demo supervisor supervisor@cityops approves each one through the approvals subject, signed with its example key"} {
 		if !strings.Contains(s, want) {
 			t.Errorf("demo output lacks %q:\n%s", want, s)
 		}
@@ -85,7 +89,11 @@ func TestDemoInteractiveDenialReachesTheModelAndTheRunGoesOn(t *testing.T) {
 
 func TestDemoWithAnApproverThePolicyRefusesStopsWithTheRejection(t *testing.T) {
 	t.Parallel()
-	for approver, class := range map[string]string{"intern@cityops": "not_authorized", "dev@cityops": "self_approval"} {
+	// intern@cityops and dev@cityops sign with their example keys, so what
+	// is refused is their role and their own run; the example has no key
+	// for nobody@cityops, whose approvals go unsigned, and the example
+	// policy requires signatures.
+	for approver, class := range map[string]string{"intern@cityops": "not_authorized", "dev@cityops": "self_approval", "nobody@cityops": "unsigned"} {
 		t.Run(approver, func(t *testing.T) {
 			t.Parallel()
 			var out, errOut bytes.Buffer
@@ -197,9 +205,19 @@ func plainTask(id, agent string) []byte {
 // collect subscribes with a plain NATS client to a run's events and returns
 // them, by subject, until the run ends. Like a plain approver, it approves
 // each call the run parks on as supervisor@cityops, with a JSON message
-// bound to the args hash of the call's approval_requested event.
+// bound to the args hash of the call's approval_requested event, signed as
+// the example policy requires: with the nkeys library alone, over the
+// canonical JSON the wire contract names (approvals/signature.go).
 func collect(t *testing.T, nc *nats.Conn, runID string, publish func()) []*nats.Msg {
 	t.Helper()
+	seed, err := os.ReadFile(exampleKeys + "supervisor@cityops.nk")
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := nkeys.FromSeed(bytes.TrimSpace(seed))
+	if err != nil {
+		t.Fatal(err)
+	}
 	ch := make(chan *nats.Msg, 256)
 	sub, err := nc.ChanSubscribe("loopgate.events.cityops."+runID+".*", ch)
 	if err != nil {
@@ -230,7 +248,15 @@ func collect(t *testing.T, nc *nats.Conn, runID string, publish func()) []*nats.
 				hashes[ev.CallID] = ev.Data.ArgsHash
 			case strings.HasSuffix(m.Subject, ".parked"):
 				for _, call := range ev.Data.Awaiting {
-					approval := fmt.Sprintf(`{"run_id":%q,"call_id":%q,"args_hash":%q,"decision":"approve","approver":{"id":"supervisor@cityops"}}`, runID, call, hashes[call])
+					at := time.Now().UTC().Format(time.RFC3339Nano)
+					signed := fmt.Sprintf(`{"approver":"supervisor@cityops","args_hash":%q,"call_id":%q,"decision":"approve","reason":"","run_id":%q,"time":%q}`,
+						hashes[call], call, runID, at)
+					sig, err := key.Sign([]byte(signed))
+					if err != nil {
+						t.Fatal(err)
+					}
+					approval := fmt.Sprintf(`{"run_id":%q,"call_id":%q,"args_hash":%q,"decision":"approve","approver":{"id":"supervisor@cityops"},"signed_at":%q,"signature":%q}`,
+						runID, call, hashes[call], at, base64.RawURLEncoding.EncodeToString(sig))
 					if err := nc.Publish("loopgate.approvals.cityops."+runID+"."+call, []byte(approval)); err != nil {
 						t.Fatal(err)
 					}
@@ -359,7 +385,7 @@ func TestSubmitFollowsTheRunAndExitsByItsEnd(t *testing.T) {
 	}{
 		{"done", []string{"--task-id", "s-1"}, exitOK, []string{
 			"answer: Three open sanitation complaints",
-			"waiting for approval: loopgate approve " + events.RunID("cityops", "s-1") + " s3c1 --as <approver> --nats " + srv.url,
+			"waiting for approval: loopgate approve " + events.RunID("cityops", "s-1") + " s3c1 --as <approver> [--key FILE] --nats " + srv.url,
 			"APPROVED by supervisor@cityops",
 		}},
 		{"stopped", []string{"--task-id", "s-2", "--agent", "runaway-assistant"}, exitStopped, []string{"finished: max_steps"}},

@@ -47,6 +47,15 @@ func runDemo(ctx context.Context, e env, args []string) int {
 	if !ok {
 		return fail(e, "demo: unknown scenario %q; choose one of %s", *scenario, scenarioNames())
 	}
+	// The demo's approver signs with its example key: the example policy
+	// requires signed approvals.
+	key, err := demoKey(*approver)
+	if err != nil {
+		return fail(e, "demo: %v", err)
+	}
+	if key != nil {
+		defer key.Wipe()
+	}
 	e.stderr = &syncWriter{w: e.stderr} // the workers log there too
 	log, err := newLogger(e.stderr, "text", *logLevel)
 	if err != nil {
@@ -85,10 +94,15 @@ func runDemo(ctx context.Context, e env, args []string) int {
 		fmt.Fprintf(e.stdout, "embedded nats-server %s, data in %s\n", s.srv.ClientURL(), dir)
 		fmt.Fprintf(e.stdout, "task %s → run %s (agent %s, principal %s)\n", task.TaskID, runID, task.Agent, task.Principal.ID)
 		fmt.Fprintf(e.stdout, "input: %s\n", sc.Input)
+		signed := "signed with its example key from examples/cityops/keys"
+		if key == nil {
+			signed = "unsigned: the example has no key for " + printable(*approver)
+		}
 		if *interact {
-			fmt.Fprintf(e.stdout, "gated writes: you decide each one as %s at the prompt below\n\n", *approver)
+			fmt.Fprintf(e.stdout, "gated writes: you decide each one as %s at the prompt below, %s\n\n", printable(*approver), signed)
 		} else {
-			fmt.Fprintf(e.stdout, "gated writes: the demo supervisor %s approves each one, through the approvals subject (--interactive to decide yourself)\n\n", *approver)
+			fmt.Fprintf(e.stdout, "gated writes: the demo supervisor %s approves each one through the approvals subject, %s (--interactive to decide yourself)\n\n",
+				printable(*approver), signed)
 		}
 	}
 	timeout := 2 * time.Minute
@@ -108,7 +122,7 @@ func runDemo(ctx context.Context, e env, args []string) int {
 		prompt = newPrompter(e.stdin, aw)
 		defer prompt.stop()
 	}
-	sup := newDemoApprover(*approver, s.js, aw, prompt)
+	sup := newDemoApprover(*approver, key, s.js, aw, prompt)
 	if _, err := s.js.Publish(ctx, events.TaskSubject(task.Tenant), payload, jetstream.WithMsgID(task.TaskID)); err != nil {
 		return fail(e, "demo: publish task: %v", err)
 	}

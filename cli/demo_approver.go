@@ -2,15 +2,18 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
 
 	"github.com/loopgate/loopgate/approvals"
 	"github.com/loopgate/loopgate/events"
+	"github.com/loopgate/loopgate/examples/cityops"
 )
 
 // demoApprover plays the human in loopgate demo. When the run parks on a
@@ -19,11 +22,16 @@ import (
 // person running loopgate approve does — and the workers decide it like
 // any other message: the demo calls no worker code.
 //
+// It signs each message with the approver's example key, embedded in the
+// binary (examples/cityops/keys; the example policy requires signatures),
+// through the same code as loopgate approve --key.
+//
 // Without a prompter it approves every approval and abandons every
 // unknown outcome (it does not guess whether a write happened); with one
 // it shows the exact action and asks.
 type demoApprover struct {
 	id     string
+	key    nkeys.KeyPair // nil: the example has no key for id, and messages go unsigned
 	js     jetstream.JetStream
 	w      io.Writer
 	prompt *prompter // nil: answer without asking
@@ -33,9 +41,28 @@ type demoApprover struct {
 	sent     map[uint64]string   // approvals stream seq → call id
 }
 
-func newDemoApprover(id string, js jetstream.JetStream, w io.Writer, prompt *prompter) *demoApprover {
-	return &demoApprover{id: id, js: js, w: w, prompt: prompt,
+func newDemoApprover(id string, key nkeys.KeyPair, js jetstream.JetStream, w io.Writer, prompt *prompter) *demoApprover {
+	return &demoApprover{id: id, key: key, js: js, w: w, prompt: prompt,
 		asked: map[string]question{}, answered: map[string]int{}, sent: map[uint64]string{}}
+}
+
+// demoKey is approver id's example key pair, from the seeds the binary
+// embeds (examples/cityops/keys), read as loopgate approve --key reads a
+// key file. It is nil, with no error, when the example has no key for id.
+func demoKey(id string) (nkeys.KeyPair, error) {
+	seed, err := cityops.ApproverSeed(id)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer wipe(seed)
+	kp, err := approvals.ParseSeed(seed)
+	if err != nil {
+		return nil, fmt.Errorf("example key of %s: %w", id, err)
+	}
+	return kp, nil
 }
 
 // observe follows one event of the run. It answers questions once the run
@@ -121,12 +148,12 @@ func (a *demoApprover) answer(ctx context.Context, q question) error {
 		RunID: q.RunID, CallID: q.CallID, ArgsHash: q.ArgsHash, Decision: d,
 		Approver: approvals.Approver{ID: a.id}, Reason: reason,
 	}
-	payload, _ := json.Marshal(msg)
-	ack, err := a.js.Publish(ctx, events.ApprovalSubject(q.Tenant, q.RunID, q.CallID), payload)
+	// Signed after the prompt, so signed_at is when it was sent.
+	_, seq, _, err := sendDecision(ctx, a.js, q.Tenant, msg, a.key)
 	if err != nil {
-		return fmt.Errorf("publish the demo's approval of %s: %w", q.CallID, err)
+		return fmt.Errorf("the demo's decision on %s: %w", q.CallID, err)
 	}
-	a.sent[ack.Sequence] = q.CallID
+	a.sent[seq] = q.CallID
 	line := fmt.Sprintf("  → demo supervisor %s %s %s (%s %s %s)", printable(a.id), decisionVerb(d), q.CallID,
 		printable(q.Tool), printable(string(compact(q.Args, 80))), hashPrefix(q.ArgsHash))
 	if reason != "" {

@@ -1,11 +1,7 @@
 package cli
 
 import (
-	"bufio"
-	"context"
 	"encoding/json"
-	"io"
-	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -111,63 +107,21 @@ func TestKeysUsageAndBadKeyFiles(t *testing.T) {
 	}
 }
 
-// startServeRequiringSignatures runs loopgate serve on a copy of the
-// CityOps example whose policy requires signed approvals.
-func startServeRequiringSignatures(t *testing.T, dataDir string) *server {
-	t.Helper()
-	dir := t.TempDir()
-	if err := os.CopyFS(dir, os.DirFS("../examples/cityops")); err != nil {
-		t.Fatal(err)
-	}
-	cfgFile := filepath.Join(dir, "loopgate.yaml")
-	raw, err := os.ReadFile(cfgFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(string(raw), "require_signatures: false") {
-		t.Fatal("the example config no longer says require_signatures: false")
-	}
-	raw = []byte(strings.Replace(string(raw), "require_signatures: false", "require_signatures: true", 1))
-	if err := os.WriteFile(cfgFile, raw, 0o600); err != nil {
-		t.Fatal(err)
-	}
-
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	ctx, cancel := context.WithCancel(context.Background())
-	pr, pw := io.Pipe()
-	s := &server{url: "nats://" + addr, cancel: cancel, done: make(chan int, 1), stderr: &syncBuffer{}}
-	go func() {
-		s.done <- Main(ctx, []string{"serve", "--config", cfgFile, "--listen", addr,
-			"--data", dataDir, "--workers", "2", "--log-format", "json"}, nil, pw, s.stderr)
-		pw.Close()
-	}()
-	line, err := bufio.NewReader(pr).ReadString('\n')
-	if err != nil || !strings.Contains(line, "serving on") {
-		cancel()
-		t.Fatalf("serve did not start: %q %v\n%s", line, err, s.stderr.String())
-	}
-	go io.Copy(io.Discard, pr)
-	t.Cleanup(func() { s.stop(t) })
-	return s
-}
-
+// exampleKeys holds the example approvers' seeds; the example policy
+// (examples/cityops/loopgate.yaml, what startServe runs) requires signed
+// approvals.
 const exampleKeys = "../examples/cityops/keys/"
 
 func TestApproveWithKeySignsAndOnlyTheSignedApprovalIsAccepted(t *testing.T) {
 	t.Parallel()
 	data := t.TempDir()
-	srv := startServeRequiringSignatures(t, data)
+	srv := startServe(t, data) // the example requires signatures
 	runID := parkedRun(t, srv, "signed-approve-1")
 
 	// Unsigned: loopgate refuses it, and says why.
-	code, out, _ := run(t, "", "approve", runID, "s3c1", "--as", "supervisor@cityops", "--yes", "--nats", srv.url, "--wait", "30s")
-	if code != exitApprovalRejected || !strings.Contains(out, "REJECTED (unsigned)") {
-		t.Fatalf("unsigned approve: exit %d\n%s", code, out)
+	code, out, errOut := run(t, "", "approve", runID, "s3c1", "--as", "supervisor@cityops", "--yes", "--nats", srv.url, "--wait", "30s")
+	if code != exitApprovalRejected || !strings.Contains(out, "REJECTED (unsigned)") || !strings.Contains(errOut, "send it again with --key FILE") {
+		t.Fatalf("unsigned approve: exit %d\n%s\n%s", code, out, errOut)
 	}
 	// Signed with someone else's key.
 	code, out, _ = run(t, "", "approve", runID, "s3c1", "--as", "supervisor@cityops", "--key", exampleKeys+"intern@cityops.nk",
@@ -179,7 +133,7 @@ func TestApproveWithKeySignsAndOnlyTheSignedApprovalIsAccepted(t *testing.T) {
 		t.Fatalf("a rejected approval wrote %v", d)
 	}
 
-	code, out, errOut := run(t, "", "approve", runID, "s3c1", "--as", "supervisor@cityops", "--key", exampleKeys+"supervisor@cityops.nk",
+	code, out, errOut = run(t, "", "approve", runID, "s3c1", "--as", "supervisor@cityops", "--key", exampleKeys+"supervisor@cityops.nk",
 		"--reason", "past the threshold", "--yes", "--nats", srv.url, "--wait", "30s")
 	if code != exitOK {
 		t.Fatalf("signed approve: exit %d\n%s\n%s", code, out, errOut)

@@ -75,14 +75,17 @@ func runPending(ctx context.Context, e env, args []string) int {
 	return exitOK
 }
 
-// decideHint is the command that answers q.
+// decideHint is the command that answers q. The client cannot see the
+// workers' policy, so --key (the approver's seed file, required when the
+// policy requires signatures, as the CityOps example does) is shown as an
+// option.
 func decideHint(q question, natsURL string) string {
 	nats := ""
 	if natsURL != "" && natsURL != "nats://127.0.0.1:4222" {
 		nats = " --nats " + natsURL
 	}
 	if q.Kind == approvals.KindNeedsHuman {
-		return fmt.Sprintf("loopgate approve %s %s --as <approver> --decision mark_done|retry|abandon%s", q.RunID, q.CallID, nats)
+		return fmt.Sprintf("loopgate approve %s %s --as <approver> [--key FILE] --decision mark_done|retry|abandon%s", q.RunID, q.CallID, nats)
 	}
-	return fmt.Sprintf("loopgate approve %s %s --as <approver>%s   (or: loopgate deny … --as <approver> --reason R)", q.RunID, q.CallID, nats)
+	return fmt.Sprintf("loopgate approve %s %s --as <approver> [--key FILE]%s   (or: loopgate deny … --as <approver> --reason R)", q.RunID, q.CallID, nats)
 }

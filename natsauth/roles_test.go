@@ -167,8 +167,7 @@ func TestApproverDecidesItsTenantsCallsAndReadsPendingState(t *testing.T) {
 	if len(pending) != 1 || pending[0].CallID != callID {
 		t.Errorf("pending %+v, want the one entry", pending)
 	}
-	msg, _ := json.Marshal(approvals.Message{RunID: s.runID, CallID: callID, ArgsHash: entry.ArgsHash,
-		Decision: approvals.Approve, Approver: approvals.Approver{ID: "supervisor@cityops"}})
+	msg := supervisorApproval(t, s.runID, callID, entry.ArgsHash, "")
 	ack, err := ok.js.Publish(ctx, events.ApprovalSubject(tenant, s.runID, callID), msg, jetstream.WithMsgID("a-1"))
 	if err != nil {
 		t.Fatalf("publish an approval as approver: %v", err)

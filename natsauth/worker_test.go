@@ -81,6 +81,31 @@ func submit(t *testing.T, up *client, scenario string) string {
 	return events.RunID(tenant, task.TaskID)
 }
 
+// supervisorApproval is supervisor@cityops's approval of a call's exact
+// arguments, signed with the example's key for them (embedded in
+// cityops.Files): the example policy requires signed approvals.
+func supervisorApproval(t *testing.T, runID, callID, argsHash, reason string) []byte {
+	t.Helper()
+	seed, err := cityops.ApproverSeed("supervisor@cityops")
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := approvals.ParseSeed(seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := approvals.Message{RunID: runID, CallID: callID, ArgsHash: argsHash,
+		Decision: approvals.Approve, Approver: approvals.Approver{ID: "supervisor@cityops"}, Reason: reason}
+	if err := approvals.Sign(&m, key, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	b, err := json.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
 // until follows a run as c (the auditor or the approver) until stop says
 // so, and returns the event that stopped it.
 func until(t *testing.T, c *client, runID string, stop func(events.Event) bool) events.Event {
@@ -149,15 +174,14 @@ func TestApproverDecidesAGatedWriteTheWorkerParked(t *testing.T) {
 	if err != nil {
 		t.Fatalf("read the question as approver: %v", err)
 	}
-	msg, _ := json.Marshal(approvals.Message{RunID: runID, CallID: entry.CallID, ArgsHash: entry.ArgsHash,
-		Decision: approvals.Approve, Approver: approvals.Approver{ID: "supervisor@cityops"}, Reason: "natsauth"})
+	msg := supervisorApproval(t, runID, entry.CallID, entry.ArgsHash, "natsauth")
 	ack, err := appr.js.Publish(ctx, events.ApprovalSubject(tenant, runID, entry.CallID), msg, jetstream.WithMsgID(nats.NewInbox()))
 	if err != nil {
 		t.Fatalf("publish the approval as approver: %v", err)
 	}
-	// The worker decides the message: approved, or rejected for a reason
-	// of loopgate's (a policy that wants signatures, say). Either way it
-	// went from the approver through the workers' consumer to the log.
+	// The worker decides the message: it went from the approver through
+	// the workers' consumer to the log, and, signed as the example policy
+	// requires, it is the approval.
 	decided := until(t, appr, runID, func(e events.Event) bool {
 		var d struct {
 			ApprovalSeq uint64 `json:"approval_seq"`
@@ -165,7 +189,9 @@ func TestApproverDecidesAGatedWriteTheWorkerParked(t *testing.T) {
 		return (e.Type == events.TypeApproved || e.Type == events.TypeApprovalRejected) &&
 			e.Decode(&d) == nil && d.ApprovalSeq == ack.Sequence
 	})
-	t.Logf("the worker recorded %s: %s", decided.Type, decided.Data)
+	if decided.Type != events.TypeApproved {
+		t.Errorf("the worker recorded %s, want approved: %s", decided.Type, decided.Data)
+	}
 	for _, c := range []*client{w, up, appr} {
 		c.noViolations(t)
 	}

@@ -418,20 +418,17 @@ type approval struct {
 // example seed (examples/cityops/keys), following the wire contract in
 // approvals/signature.go: an ed25519 nkey signature, unpadded base64url,
 // over the RFC 8785 canonical JSON of approver, args_hash, call_id,
-// decision, reason, run_id and time (= signed_at). Signing keeps the soak
-// working whether or not the config requires signatures.
+// decision, reason, run_id and time (= signed_at). The example config
+// requires signed approvals: an unsigned one would be rejected (unsigned).
 type signer struct{ kp nkeys.KeyPair }
 
-// loadSigner returns the supervisor's signer, or nil when the example has
-// no key for them (approvals then go unsigned).
+// loadSigner returns the supervisor's signer, from the example's copy in
+// binDir. A missing key fails the test: the example requires signatures.
 func loadSigner(t testing.TB) *signer {
 	t.Helper()
 	seed, err := os.ReadFile(filepath.Join(binDir, "cityops", "keys", supervisor+".nk"))
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("the supervisor's example key (the example requires signed approvals): %v", err)
 	}
 	kp, err := nkeys.FromSeed(bytes.TrimSpace(seed))
 	if err != nil {

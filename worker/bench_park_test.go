@@ -53,6 +53,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
 
 	"github.com/loopgate/loopgate/approvals"
 	"github.com/loopgate/loopgate/config"
@@ -217,6 +218,7 @@ func benchParked(b *testing.B, server, interval string, n, sample int) {
 		runs[i] = events.RunID("cityops", benchTaskID("park", i*n/sample))
 	}
 
+	key := exampleKey(b, benchApprover) // the example requires signed approvals
 	lat := make([]time.Duration, sample)
 	var next atomic.Int64
 	var wg sync.WaitGroup
@@ -228,7 +230,7 @@ func benchParked(b *testing.B, server, interval string, n, sample int) {
 				if i >= sample {
 					return
 				}
-				d, err := approveAndTime(ctx, js, &pending, questions[runs[i]])
+				d, err := approveAndTime(ctx, js, &pending, questions[runs[i]], key)
 				if err != nil {
 					errs <- fmt.Errorf("%w\n%s", err, st.describeRun(ctx, runs[i]))
 					return
@@ -263,17 +265,22 @@ func benchParked(b *testing.B, server, interval string, n, sample int) {
 		sample, *parkedInflight, percentile(lat, 50), percentile(lat, 99), lat[len(lat)-1], percentile(oldest, 50), percentile(newest, 50))
 }
 
-// approveAndTime approves the question q as the supervisor and returns the
-// time from the publish to the executing event of its call.
-func approveAndTime(ctx context.Context, js jetstream.JetStream, pending *sync.Map, q events.Event) (time.Duration, error) {
+// approveAndTime approves the question q as the supervisor, signed with
+// key, and returns the time from the publish to the executing event of its
+// call (signing comes before, and is not timed).
+func approveAndTime(ctx context.Context, js jetstream.JetStream, pending *sync.Map, q events.Event, key nkeys.KeyPair) (time.Duration, error) {
 	var data events.ApprovalRequestedData
 	if err := q.Decode(&data); err != nil {
 		return 0, err
 	}
-	payload, err := json.Marshal(approvals.Message{
+	msg := approvals.Message{
 		RunID: q.RunID, CallID: q.CallID, ArgsHash: data.ArgsHash,
 		Decision: approvals.Approve, Approver: approvals.Approver{ID: benchApprover},
-	})
+	}
+	if err := approvals.Sign(&msg, key, time.Now()); err != nil {
+		return 0, err
+	}
+	payload, err := json.Marshal(msg)
 	if err != nil {
 		return 0, err
 	}

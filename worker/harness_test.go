@@ -12,7 +12,9 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
 
+	"github.com/loopgate/loopgate/approvals"
 	"github.com/loopgate/loopgate/config"
 	"github.com/loopgate/loopgate/events"
 	"github.com/loopgate/loopgate/examples/cityops"
@@ -49,12 +51,20 @@ type options struct {
 	crash    func(string)   // the pool's fault-injection hook
 	retry    time.Duration  // the pool's redelivery delay after an error
 	pricing  map[string]config.Price
+
+	// configFile loads the CityOps config from this file instead of the
+	// copy embedded in cityops.Files (the same bytes, when it is
+	// ../examples/cityops/loopgate.yaml).
+	configFile string
 }
 
 func setup(t testing.TB, o options) *bundle {
 	t.Helper()
 	env := natstest.StartWith(t, natstest.Options{Layout: o.layout})
-	cfg, err := config.Load(cityops.Files, "loopgate.yaml")
+	cfg, err := config.Load(cityops.Files, cityops.ConfigFile)
+	if o.configFile != "" {
+		cfg, err = config.LoadFile(o.configFile)
+	}
 	if err != nil {
 		t.Fatalf("load cityops config: %v", err)
 	}
@@ -375,21 +385,61 @@ func (l *logBuffer) String() string {
 	return l.b.String()
 }
 
-// approval is an approval message as an approver's client publishes it.
-type approval struct {
-	RunID    string            `json:"run_id"`
-	CallID   string            `json:"call_id"`
-	ArgsHash string            `json:"args_hash"`
-	Decision string            `json:"decision"`
-	Approver map[string]string `json:"approver"`
-	Reason   string            `json:"reason,omitempty"`
+// exampleKey is a CityOps example approver's key pair, from the seed
+// embedded in cityops.Files (examples/cityops/keys/<id>.nk).
+func exampleKey(t testing.TB, id string) nkeys.KeyPair {
+	t.Helper()
+	seed, err := cityops.ApproverSeed(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kp, err := approvals.ParseSeed(seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kp
+}
+
+// approverKey is the key approver signs with: their example key when the
+// example has one, else a new key that no policy knows (so an approver
+// missing from the policy still sends a well-formed signed message).
+func approverKey(t testing.TB, approver string) nkeys.KeyPair {
+	t.Helper()
+	if _, err := cityops.ApproverSeed(approver); err == nil {
+		return exampleKey(t, approver)
+	}
+	kp, err := nkeys.CreateUser()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kp
+}
+
+// approvalPayload is a decision as approver's client publishes it: signed
+// with approverKey as of now when sign is set (the config under test
+// requires signatures, as the CityOps example does), unsigned otherwise.
+func approvalPayload(t testing.TB, sign bool, runID, callID, hash, decision, approver, reason string) []byte {
+	t.Helper()
+	m := approvals.Message{RunID: runID, CallID: callID, ArgsHash: hash, Decision: approvals.Decision(decision),
+		Approver: approvals.Approver{ID: approver}, Reason: reason}
+	if sign {
+		if err := approvals.Sign(&m, approverKey(t, approver), time.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	payload, err := json.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return payload
 }
 
 // publishApproval publishes a decision on the approvals subject, like any
-// approver would, and returns its sequence in LOOPGATE_APPROVALS.
+// approver would — signed when the config requires signatures, see
+// approvalPayload — and returns its sequence in LOOPGATE_APPROVALS.
 func (b *bundle) publishApproval(runID, callID, hash, decision, approver, reason string) uint64 {
 	b.t.Helper()
-	payload, _ := json.Marshal(approval{RunID: runID, CallID: callID, ArgsHash: hash, Decision: decision, Approver: map[string]string{"id": approver}, Reason: reason})
+	payload := approvalPayload(b.t, b.cfg.Policy.RequireSignatures, runID, callID, hash, decision, approver, reason)
 	ack, err := b.env.JS.Publish(b.t.Context(), events.ApprovalSubject("cityops", runID, callID), payload)
 	if err != nil {
 		b.t.Fatalf("publish approval: %v", err)
@@ -427,12 +477,15 @@ func (b *bundle) waitType(runID string, typ events.Type, n int) events.Event {
 }
 
 // autoApprove answers every question the run asks with decision, as
-// approver, through the real approvals subject, until the run ends. It
+// approver, through the real approvals subject, until the run ends —
+// signed when the config requires signatures, as publishApproval. It
 // answers once the run is parked, so the trail is always requested →
 // parked → approved (an answer that beats the parked event is fine too,
 // but makes the trail depend on timing).
 func (b *bundle) autoApprove(runID, approver, decision, reason string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	sign := b.cfg.Policy.RequireSignatures
+	key := approverKey(b.t, approver)
 	go func() {
 		defer cancel()
 		var q events.ApprovalRequestedData
@@ -446,7 +499,12 @@ func (b *bundle) autoApprove(runID, approver, decision, reason string) {
 				_ = e.Decode(&q)
 				callID = e.CallID
 			case events.TypeParked:
-				payload, _ := json.Marshal(approval{RunID: runID, CallID: callID, ArgsHash: q.ArgsHash, Decision: decision, Approver: map[string]string{"id": approver}, Reason: reason})
+				m := approvals.Message{RunID: runID, CallID: callID, ArgsHash: q.ArgsHash, Decision: approvals.Decision(decision),
+					Approver: approvals.Approver{ID: approver}, Reason: reason}
+				if sign && approvals.Sign(&m, key, time.Now()) != nil {
+					return // the run's wait for a decision fails the test
+				}
+				payload, _ := json.Marshal(m)
 				_, _ = b.env.JS.Publish(ctx, events.ApprovalSubject("cityops", runID, callID), payload)
 			case events.TypeFinished:
 				return

@@ -2,7 +2,6 @@ package worker_test
 
 import (
 	"encoding/json"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -19,25 +18,16 @@ import (
 // when the policy requires signatures, and refuses signatures made too
 // long before the message arrived (replays).
 
-// exampleKey reads a CityOps example approver's seed (examples/cityops/keys).
-func exampleKey(t *testing.T, id string) nkeys.KeyPair {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join("..", "examples", "cityops", "keys", id+".nk"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	kp, err := approvals.ParseSeed(b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return kp
-}
+// exampleConfigFile is the CityOps example's config as an operator runs
+// it. It requires signed approvals.
+var exampleConfigFile = filepath.Join("..", "examples", "cityops", "loopgate.yaml")
 
 // requireSignatures restarts the bundle's workers with
-// policy.require_signatures set (the CityOps example leaves it off).
-func requireSignatures(b *bundle) {
+// policy.require_signatures set to required (the CityOps example sets it).
+// The harness's publishApproval and autoApprove sign exactly when it is set.
+func requireSignatures(b *bundle, required bool) {
 	b.stopPool()
-	b.cfg.Policy.RequireSignatures = true
+	b.cfg.Policy.RequireSignatures = required
 	b.startPool()
 }
 
@@ -93,10 +83,59 @@ func (b *bundle) outcomeOf(runID string, seq uint64) (class, detail string) {
 	return rej.Class, rej.Detail
 }
 
+// The example config, read from its file, requires signatures: an unsigned
+// approval by a configured approver who may approve the tool is refused
+// (unsigned) and the write does not run.
+func TestTheExampleConfigRefusesAnUnsignedApprovalAndTheWriteDoesNotRun(t *testing.T) {
+	t.Parallel()
+	o := oneDraft(t, "drafted")
+	o.configFile = exampleConfigFile
+	b := setup(t, o)
+	if !b.cfg.Policy.RequireSignatures {
+		t.Fatalf("%s does not require signatures: an unsigned approval would release a write", exampleConfigFile)
+	}
+	if a, ok := b.cfg.Policy.Approvers["supervisor@cityops"]; !ok || a.PublicKey == "" {
+		t.Fatalf("supervisor@cityops is not a configured approver with a key: %+v", a)
+	}
+	runID, q := draftRun(t, b, "unsigned-1")
+
+	unsigned := signedApproval(t, runID, "s1c1", q, "supervisor@cityops", nil, time.Now())
+	seq := b.publishMessage(unsigned, runID, "s1c1")
+	if class, detail := b.outcomeOf(runID, seq); class != approvals.RejectUnsigned {
+		t.Fatalf("unsigned approval by supervisor@cityops: %s (%s), want %s", class, detail, approvals.RejectUnsigned)
+	}
+	evs, _, err := b.env.Journal.Load(t.Context(), "cityops", runID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	assertTrail(t, evs, []string{"started", "proposed", "validated:ok(draft_escalation)", "approval_requested(draft_escalation)", "parked",
+		"approval_rejected:unsigned(draft_escalation)"})
+	if rej := last[events.ApprovalRejectedData](t, evs, events.TypeApprovalRejected); rej.ApprovalSeq != seq || rej.Approver != "supervisor@cityops" {
+		t.Fatalf("approval_rejected = %+v, want the unsigned message (seq %d)", rej, seq)
+	}
+	if files := outboxFiles(t, b.outbox); len(files) != 0 {
+		t.Fatalf("an unsigned approval released the write: %v", files)
+	}
+	if e := pendingEntry(t, b, runID, "s1c1"); !e.Pending() {
+		t.Fatalf("entry = %+v, want still pending", e)
+	}
+
+	// The same approval signed with the supervisor's key releases it.
+	seq = b.publishMessage(signedApproval(t, runID, "s1c1", q, "supervisor@cityops", exampleKey(t, "supervisor@cityops"), time.Now()), runID, "s1c1")
+	if class, detail := b.outcomeOf(runID, seq); class != "approved" {
+		t.Fatalf("the signed approval: %s (%s)", class, detail)
+	}
+	b.waitEnd(runID)
+	if files := outboxFiles(t, b.outbox); len(files) != 1 {
+		t.Fatalf("outbox = %v, want the one approved draft", files)
+	}
+}
+
 func TestOnlyAValidSignedApprovalReleasesAWriteWhenSignaturesAreRequired(t *testing.T) {
 	t.Parallel()
-	b := setup(t, oneDraft(t, "drafted"))
-	requireSignatures(b)
+	o := oneDraft(t, "drafted")
+	o.configFile = exampleConfigFile // it requires signatures
+	b := setup(t, o)
 	runID, q := draftRun(t, b, "signed-1")
 	supervisor, intern := exampleKey(t, "supervisor@cityops"), exampleKey(t, "intern@cityops")
 	now := time.Now()
@@ -121,6 +160,11 @@ func TestOnlyAValidSignedApprovalReleasesAWriteWhenSignaturesAreRequired(t *test
 		{"signed ten minutes ago: a replay", signedApproval(t, runID, "s1c1", q, "supervisor@cityops", supervisor, now.Add(-10*time.Minute)), approvals.RejectStale},
 		{"signed ten minutes ahead", signedApproval(t, runID, "s1c1", q, "supervisor@cityops", supervisor, now.Add(10*time.Minute)), approvals.RejectStale},
 		{"signed by an approver without the role", signedApproval(t, runID, "s1c1", q, "intern@cityops", intern, now), approvals.RejectNotAllowed},
+		// Authenticated before anything the message claims is judged: an
+		// approver the policy does not name has no key to verify against,
+		// so this is bad_signature, never unknown_approver.
+		{"signed by an approver not in the policy", signedApproval(t, runID, "s1c1", q, "mallory@elsewhere", approverKey(t, "mallory@elsewhere"), now), approvals.RejectBadSignature},
+		{"unsigned, by an approver not in the policy", signedApproval(t, runID, "s1c1", q, "mallory@elsewhere", nil, now), approvals.RejectUnsigned},
 		{"signed by the run's own principal", signedApproval(t, runID, "s1c1", q, "dev@cityops", exampleKey(t, "dev@cityops"), now), approvals.RejectSelf},
 		{"signature without signed_at", halfSigned, approvals.RejectInvalid},
 	}
@@ -176,9 +220,9 @@ func TestOnlyAValidSignedApprovalReleasesAWriteWhenSignaturesAreRequired(t *test
 func TestUnsignedApprovalsAreAcceptedWhenNotRequiredButSignaturesAreStillVerified(t *testing.T) {
 	t.Parallel()
 	b := setup(t, oneDraft(t, "drafted"))
-	if b.cfg.Policy.RequireSignatures {
-		t.Fatal("the CityOps example requires signatures: this test is about the policy that does not")
-	}
+	// The CityOps example requires signatures; this test is about a policy
+	// that does not.
+	requireSignatures(b, false)
 	runID, q := draftRun(t, b, "signed-2")
 	supervisor := exampleKey(t, "supervisor@cityops")
 
@@ -191,6 +235,10 @@ func TestUnsignedApprovalsAreAcceptedWhenNotRequiredButSignaturesAreStillVerifie
 	}{
 		{"wrong key", signedApproval(t, runID, "s1c1", q, "supervisor@cityops", exampleKey(t, "intern@cityops"), time.Now()), approvals.RejectBadSignature},
 		{"replayed", signedApproval(t, runID, "s1c1", q, "supervisor@cityops", supervisor, time.Now().Add(-time.Hour)), approvals.RejectStale},
+		// Only without required signatures does an approver the policy
+		// does not name get as far as unknown_approver (with them, the
+		// message is unsigned or its signature cannot be verified).
+		{"unsigned, by an approver not in the policy", signedApproval(t, runID, "s1c1", q, "mallory@elsewhere", nil, time.Now()), approvals.RejectUnknown},
 	} {
 		if class, detail := b.outcomeOf(runID, b.publishMessage(a.msg, runID, "s1c1")); class != a.want {
 			t.Errorf("%s: %s (%s), want %s", a.name, class, detail, a.want)
@@ -207,7 +255,7 @@ func TestUnsignedApprovalsAreAcceptedWhenNotRequiredButSignaturesAreStillVerifie
 	evs := b.waitEnd(runID)
 	assertTrail(t, evs, concat(
 		[]string{"started", "proposed", "validated:ok(draft_escalation)", "approval_requested(draft_escalation)", "parked",
-			"approval_rejected:bad_signature(draft_escalation)", "approval_rejected:stale_signature(draft_escalation)",
+			"approval_rejected:bad_signature(draft_escalation)", "approval_rejected:stale_signature(draft_escalation)", "approval_rejected:unknown_approver(draft_escalation)",
 			"approved:approve(draft_escalation)", "executing(draft_escalation)", "executed:ok(draft_escalation)", "observed(draft_escalation)"},
 		[]string{"proposed:final", "finished:done"},
 	))

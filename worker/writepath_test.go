@@ -158,6 +158,8 @@ func TestApprovalsThatMustNotReleaseAWriteAreRejectedAndAudited(t *testing.T) {
 	b := setup(t, oneDraft(t, "drafted"))
 	runID, q := draftRun(t, b, "reject-1")
 	stale := "sha256:" + strings.Repeat("0", 64)
+	// Each message is validly signed by its approver's own key (the
+	// example requires signatures), so what is rejected is what it says.
 	attempts := []struct {
 		hash, decision, approver string
 		wantClass                string
@@ -165,7 +167,12 @@ func TestApprovalsThatMustNotReleaseAWriteAreRejectedAndAudited(t *testing.T) {
 		{stale, "approve", "supervisor@cityops", approvals.RejectHashMismatch},
 		{q.ArgsHash, "approve", "intern@cityops", approvals.RejectNotAllowed},
 		{q.ArgsHash, "approve", "dev@cityops", approvals.RejectSelf}, // operator and supervisor, but dev asked for this run
-		{q.ArgsHash, "approve", "mallory@elsewhere", approvals.RejectUnknown},
+		// Signed with a key the policy does not know: a message is
+		// authenticated before its approver is looked up, and an approver
+		// missing from the policy has no key to verify against. With
+		// signatures required this is bad_signature; unknown_approver is
+		// reached only when they are not (signature_test.go).
+		{q.ArgsHash, "approve", "mallory@elsewhere", approvals.RejectBadSignature},
 		{q.ArgsHash, "retry", "supervisor@cityops", approvals.RejectWrongKind},
 	}
 	for i, a := range attempts {

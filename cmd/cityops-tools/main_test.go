@@ -20,8 +20,10 @@ import (
 	"github.com/nats-io/nats.go/micro"
 	"go.uber.org/goleak"
 
+	"github.com/loopgate/loopgate/approvals"
 	"github.com/loopgate/loopgate/config"
 	"github.com/loopgate/loopgate/events"
+	"github.com/loopgate/loopgate/examples/cityops"
 	"github.com/loopgate/loopgate/internal/natstest"
 	"github.com/loopgate/loopgate/tools"
 	"github.com/loopgate/loopgate/worker"
@@ -179,8 +181,19 @@ func (b *bundle) submit(taskID, agent, input string, dryRun bool) string {
 
 // approveAll answers every question of the run as supervisor@cityops,
 // once the run has parked, on the approvals subject — what any approver's
-// client does.
+// client does — signed with the example's key for them: remote.yaml
+// requires signed approvals.
 func (b *bundle) approveAll(ctx context.Context, runID string) {
+	seed, err := cityops.ApproverSeed("supervisor@cityops")
+	if err != nil {
+		b.t.Error(err)
+		return
+	}
+	key, err := approvals.ParseSeed(seed)
+	if err != nil {
+		b.t.Error(err)
+		return
+	}
 	var q events.ApprovalRequestedData
 	var callID string
 	for e, err := range b.env.Journal.Watch(ctx, events.RunFilter("cityops", runID)) {
@@ -192,10 +205,13 @@ func (b *bundle) approveAll(ctx context.Context, runID string) {
 			_ = e.Decode(&q)
 			callID = e.CallID
 		case events.TypeParked:
-			payload, _ := json.Marshal(map[string]any{
-				"run_id": runID, "call_id": callID, "args_hash": q.ArgsHash, "decision": "approve",
-				"approver": map[string]string{"id": "supervisor@cityops"}, "reason": "ok, escalate",
-			})
+			m := approvals.Message{RunID: runID, CallID: callID, ArgsHash: q.ArgsHash, Decision: approvals.Approve,
+				Approver: approvals.Approver{ID: "supervisor@cityops"}, Reason: "ok, escalate"}
+			if err := approvals.Sign(&m, key, time.Now()); err != nil {
+				b.t.Error(err)
+				return
+			}
+			payload, _ := json.Marshal(m)
 			_, _ = b.env.JS.Publish(ctx, events.ApprovalSubject("cityops", runID, callID), payload)
 		case events.TypeFinished:
 			return

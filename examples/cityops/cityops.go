@@ -5,6 +5,8 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"io/fs"
+	"strings"
 	"sync"
 	"time"
 
@@ -13,14 +15,38 @@ import (
 
 // Files holds the example's configuration, ready to load without the source
 // tree: loopgate.yaml at the root, the tools' argument schemas under
-// schemas/ and the scripted model's decision files under scripts/. Paths in
-// loopgate.yaml are relative to its root.
+// schemas/, the scripted model's decision files under scripts/ and the
+// example approvers' key seeds under keys/ (see [ApproverKeyFile]). Paths
+// in loopgate.yaml are relative to its root.
 //
-//go:embed loopgate.yaml schemas/*.json scripts/*.json
+//go:embed loopgate.yaml schemas/*.json scripts/*.json keys/*.nk
 var Files embed.FS
 
 // ConfigFile is the name of the example's configuration in [Files].
 const ConfigFile = "loopgate.yaml"
+
+// ApproverKeyFile is the path, in [Files] and in the example's directory,
+// of the nkey seed of approver id (supervisor@cityops, intern@cityops,
+// dev@cityops): keys/<id>.nk. loopgate.yaml has the matching public keys
+// and requires signed approvals, so the demo and the tests sign with these.
+//
+// They are EXAMPLE keys, committed with the source: anyone can sign as these
+// approvers. Never trust them in a real policy.
+func ApproverKeyFile(id string) string { return "keys/" + id + ".nk" }
+
+// ApproverSeed returns the contents of approver id's example seed file
+// (an "SU…" nkey seed on a line of its own), or an error wrapping
+// fs.ErrNotExist when the example has no key for id.
+func ApproverSeed(id string) ([]byte, error) {
+	if !fs.ValidPath(ApproverKeyFile(id)) || strings.ContainsAny(id, "/\\") {
+		return nil, fmt.Errorf("cityops: no example key for approver %q: %w", id, fs.ErrNotExist)
+	}
+	b, err := Files.ReadFile(ApproverKeyFile(id))
+	if err != nil {
+		return nil, fmt.Errorf("cityops: no example key for approver %q: %w", id, err)
+	}
+	return b, nil
+}
 
 // Tool names, as the manifests in loopgate.yaml and the scripts use them.
 const (

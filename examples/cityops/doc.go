@@ -12,9 +12,10 @@
 //   - the built-in tools, added to a [tools.Builtins] by [Register]:
 //     lookup_complaints, get_procedure, draft_escalation and slow_lookup
 //     (a lookup that hangs, to show per-call deadlines);
-//   - [Files]: the example's loopgate.yaml, the tools' argument schemas and
-//     the scripted model's decision files, so the demo runs from any
-//     directory;
+//   - [Files]: the example's loopgate.yaml, the tools' argument schemas,
+//     the scripted model's decision files and the approvers' example key
+//     seeds ([ApproverSeed]; the policy requires signed approvals), so the
+//     demo runs, and signs, from any directory;
 //   - [Scenarios]: the named runs the demo and the golden tests replay, each
 //     showing one behaviour (happy path, step budget, corrected arguments, a
 //     timed-out tool, dry run, repeated calls, malformed decisions).
