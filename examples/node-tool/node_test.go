@@ -165,8 +165,19 @@ func TestTheNodeToolSeesTheCallAndAnswersAResult(t *testing.T) {
 	}
 	want := map[string]string{
 		"tool": "wire_echo", "operation_id": "0196f3c2-op-from-loopgate", "run_id": "run-42", "call_id": "s3c2",
-		"tenant": "cityops", "principal": "dev@cityops", "deadline": deadline.UTC().Format(tools.DeadlineFormat),
+		"tenant": "cityops", "principal": "dev@cityops",
 	}
+	// The tool keeps the earlier of the deadline header and its receipt
+	// time plus the timeout header (whole milliseconds, rounded down), so
+	// the deadline it saw may be a few milliseconds before loopgate's.
+	seenDeadline, err := time.Parse(tools.DeadlineFormat, got.Seen["deadline"])
+	if err != nil {
+		t.Errorf("deadline seen %q: %v", got.Seen["deadline"], err)
+	}
+	if sent := deadline.Truncate(time.Millisecond); seenDeadline.After(sent) || seenDeadline.Before(sent.Add(-time.Second)) {
+		t.Errorf("the tool saw deadline %s, loopgate sent %s", seenDeadline, sent)
+	}
+	delete(got.Seen, "deadline")
 	if got.Said != "hello from loopgate" || got.ServedBy != "node" || !reflect.DeepEqual(got.Seen, want) {
 		t.Errorf("answer %+v\nwant seen %v", got, want)
 	}
