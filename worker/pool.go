@@ -137,6 +137,7 @@ type Pool struct {
 	approvalIter jetstream.MessagesContext
 	cancel       context.CancelFunc
 	wg           sync.WaitGroup
+	projection   *projector
 }
 
 // New makes a pool. It does not consume until Start.
@@ -259,6 +260,8 @@ func (p *Pool) Start(ctx context.Context) error {
 	}
 	p.advisories = advisories
 	p.iter, p.approvalIter, p.cancel, p.started = iter, aiter, cancel, true
+	p.projection = newProjector(p.journal.PutRun, p.log)
+	go p.projection.run(runCtx)
 	for range p.opts.Workers {
 		p.wg.Go(func() { p.consume(runCtx, iter) })
 	}
@@ -287,11 +290,13 @@ func (p *Pool) Stop(ctx context.Context) error {
 	go func() { p.wg.Wait(); close(done) }()
 	select {
 	case <-done:
+		p.projection.close(ctx) // the runs' last updates
 		p.cancel()
 		return nil
 	case <-ctx.Done():
 		p.cancel()
 		<-done
+		p.projection.close(ctx)
 		return ctx.Err()
 	}
 }

@@ -307,8 +307,9 @@ func (r *run) finish(ctx context.Context, s stop, final *events.FinalAnswer) err
 	return nil
 }
 
-// putRun updates the loopgate_runs projection. It is best effort: the
-// events are the truth and the projection can be rebuilt from them.
+// putRun queues an update of the loopgate_runs projection (see
+// projector). It is best effort: the events are the truth and the
+// projection can be rebuilt from them.
 func (p *Pool) putRun(ctx context.Context, st *events.RunState, task events.Task, status string) {
 	rec := journal.RunRecord{
 		RunID:   st.RunID,
@@ -322,9 +323,7 @@ func (p *Pool) putRun(ctx context.Context, st *events.RunState, task events.Task
 	if st.Finished != nil {
 		rec.Reason = string(st.Finished.Reason)
 	}
-	if err := p.journal.PutRun(ctx, rec); err != nil {
-		p.log.WarnContext(ctx, "update run projection", "run_id", st.RunID, "err", err)
-	}
+	p.projection.update(rec)
 }
 
 // remember adds this run's exchange to its session: what it was asked,

@@ -1,0 +1,81 @@
+package worker
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+
+	"github.com/loopgate/loopgate/journal"
+)
+
+// projector keeps the loopgate_runs projection off the runs' path. The
+// projection is for listing runs and is rebuildable from the events, so a
+// run does not wait for it: each update (a KV get and a compare-and-set
+// write, at start, at each park and at the finish) was two round trips in
+// the middle of a step. Updates go to one goroutine, newest per run wins
+// (an update waiting behind a newer one of the same run is never written),
+// and the journal's PutRun refuses to roll a record back.
+type projector struct {
+	put func(context.Context, journal.RunRecord) error
+	log *slog.Logger
+
+	mu      sync.Mutex
+	pending map[string]journal.RunRecord
+	kick    chan struct{} // one token: there is something pending
+	stop    chan struct{} // closed by close: write what is pending, then end
+	done    chan struct{} // closed when the goroutine ends
+}
+
+func newProjector(put func(context.Context, journal.RunRecord) error, log *slog.Logger) *projector {
+	return &projector{put: put, log: log, pending: map[string]journal.RunRecord{},
+		kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+}
+
+// update queues rec, replacing an older queued record of the same run.
+func (p *projector) update(rec journal.RunRecord) {
+	key := rec.Tenant + "." + rec.RunID
+	p.mu.Lock()
+	if cur, ok := p.pending[key]; !ok || cur.LastSeq <= rec.LastSeq {
+		p.pending[key] = rec
+	}
+	p.mu.Unlock()
+	select {
+	case p.kick <- struct{}{}:
+	default:
+	}
+}
+
+// run writes queued records until close; ctx bounds each write.
+func (p *projector) run(ctx context.Context) {
+	defer close(p.done)
+	for {
+		select {
+		case <-p.kick:
+			p.writePending(ctx)
+		case <-p.stop:
+			p.writePending(ctx)
+			return
+		}
+	}
+}
+
+func (p *projector) writePending(ctx context.Context) {
+	p.mu.Lock()
+	batch := p.pending
+	p.pending = make(map[string]journal.RunRecord, len(batch))
+	p.mu.Unlock()
+	for _, rec := range batch {
+		if err := p.put(ctx, rec); err != nil {
+			p.log.WarnContext(ctx, "update run projection", "run_id", rec.RunID, "status", rec.Status, "err", err)
+		}
+	}
+}
+
+// close writes what is queued and stops, or gives up when ctx is done.
+func (p *projector) close(ctx context.Context) {
+	close(p.stop)
+	select {
+	case <-p.done:
+	case <-ctx.Done():
+	}
+}
