@@ -153,7 +153,10 @@ func (j *Journal) appendBatch(ctx context.Context, lastStreamSeq uint64, evs []e
 		// Incomplete means the server stored nothing (a message of the
 		// batch was refused before the commit, say too many open batches,
 		// and only the commit is answered): a fresh batch may succeed.
-		if try >= batchTries || !isAPIError(err, codeBatchIncomplete, codeBatchTooManyOpen) {
+		// So does "in process" (see inProcessTries): the batch was
+		// refused whole at its first message's expectation.
+		if try >= batchTries || !isAPIError(err, codeBatchIncomplete, codeBatchTooManyOpen,
+			jetstream.JSErrCodeStreamWrongLastSequenceConstant, codeDuplicateInProcess) {
 			break
 		}
 		select {

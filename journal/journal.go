@@ -206,10 +206,19 @@ func (j *Journal) appendEach(ctx context.Context, lastStreamSeq uint64, evs []ev
 		}
 		stored[i] = data
 		msg := &nats.Msg{Subject: e.Subject(), Data: data}
-		ack, err := j.js.PublishMsg(ctx, msg,
-			jetstream.WithMsgID(e.MsgID()),
-			jetstream.WithExpectStream(StreamEvents),
-			jetstream.WithExpectLastSequenceForSubject(last, filter))
+		var ack *jetstream.PubAck
+		for try := 1; ; try++ {
+			ack, err = j.js.PublishMsg(ctx, msg,
+				jetstream.WithMsgID(e.MsgID()),
+				jetstream.WithExpectStream(StreamEvents),
+				jetstream.WithExpectLastSequenceForSubject(last, filter))
+			if try >= inProcessTries || !isAPIError(err, jetstream.JSErrCodeStreamWrongLastSequenceConstant, codeDuplicateInProcess) {
+				break
+			}
+			if werr := pause(ctx, try); werr != nil {
+				return last, fmt.Errorf("journal: append %s event %d of run %s/%s: %w (after %w)", e.Type, e.Seq, tenant, runID, werr, err)
+			}
+		}
 		conflict := func(cause error) error {
 			return &ConflictError{Tenant: tenant, RunID: runID, Seq: e.Seq, Expected: last, Err: cause}
 		}
@@ -246,6 +255,30 @@ func (j *Journal) appendEach(ctx context.Context, lastStreamSeq uint64, evs []ev
 		}
 	}
 	return last, nil
+}
+
+// inProcessTries bounds the publishes of one event (or batch) that a
+// replicated stream refuses because a message on the run's subjects, or
+// one with the same Nats-Msg-Id, is still being proposed: 10164 "wrong
+// last sequence" (no number: the expectation was not checked) or 10158.
+// That is not a conflict yet, only "ask again": it comes from another
+// writer's append in flight, whose outcome decides, or from the leader
+// still clearing our own previous append after acknowledging it (seen in
+// the R3 append benchmark, one publish in tens of thousands). Each retry
+// waits try milliseconds; after the last, the answer is treated as a
+// conflict and checked against the stream.
+const inProcessTries = 4
+
+// pause waits try milliseconds, or until ctx is done.
+func pause(ctx context.Context, try int) error {
+	t := time.NewTimer(time.Duration(try) * time.Millisecond)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }
 
 // isConflict reports whether err is JetStream refusing a publish because of

@@ -1,0 +1,88 @@
+package journal_test
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/loopgate/loopgate/events"
+	"github.com/loopgate/loopgate/internal/natstest"
+	"github.com/loopgate/loopgate/journal"
+)
+
+// On a replicated stream each writer of its own run appends without a
+// single refusal: the leader's "subject in process" answer to an append
+// that follows the writer's previous one too closely is asked again, not
+// reported as a conflict. Two writers racing on one run still see exactly
+// one winner per event, and the loser a conflict.
+func TestReplicatedAppends(t *testing.T) {
+	t.Parallel()
+	c := natstest.StartCluster(t)
+	ctx := t.Context()
+	j, err := journal.New(ctx, c.JS)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	t.Run("own runs", func(t *testing.T) {
+		const writers, each = 16, 40
+		var wg sync.WaitGroup
+		errs := make(chan error, writers)
+		for w := range writers {
+			wg.Go(func() {
+				run := fmt.Sprintf("own-%d", w)
+				var last uint64
+				for _, e := range trail("acme", run, 1, each) {
+					var err error
+					if last, err = j.Append(ctx, last, e); err != nil {
+						errs <- fmt.Errorf("%s event %d: %w", run, e.Seq, err)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Error(err)
+		}
+	})
+
+	t.Run("one run, two writers", func(t *testing.T) {
+		last := mustAppend(t, j, 0, ev("acme", "raced", 1, events.TypeStarted))
+		for seq := uint64(2); seq <= 20; seq++ {
+			var (
+				wg   sync.WaitGroup
+				won  = make(chan uint64, 2)
+				lost = make(chan error, 2)
+			)
+			for range 2 {
+				wg.Go(func() {
+					s, err := j.Append(ctx, last, ev("acme", "raced", seq, events.TypeProposed))
+					if err != nil {
+						lost <- err
+						return
+					}
+					won <- s
+				})
+			}
+			wg.Wait()
+			close(won)
+			close(lost)
+			if len(won) != 1 {
+				t.Fatalf("event %d: %d writers won, want 1", seq, len(won))
+			}
+			for err := range lost {
+				if !errors.Is(err, journal.ErrConflict) {
+					t.Fatalf("event %d: the loser got %v, want a conflict", seq, err)
+				}
+			}
+			last = <-won
+		}
+		evs, _, err := j.Load(ctx, "acme", "raced")
+		if err != nil || len(evs) != 20 {
+			t.Fatalf("Load = %d events, %v; want 20", len(evs), err)
+		}
+	})
+}
