@@ -227,7 +227,7 @@ func (p *Pool) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("worker: consumer %s on %s: %w", journal.ConsumerApprovals, journal.StreamApprovals, err)
 	}
-	aiter, err := acons.Messages(jetstream.PullMaxMessages(p.opts.Workers), jetstream.PullExpiry(pullExpiry))
+	aiter, err := acons.Messages(jetstream.PullMaxMessages(p.opts.Workers), jetstream.PullExpiry(pullExpiry), jetstream.PullHeartbeat(pullHeartbeat))
 	if err != nil {
 		return fmt.Errorf("worker: consume %s: %w", journal.StreamApprovals, err)
 	}
@@ -238,7 +238,7 @@ func (p *Pool) Start(ctx context.Context) error {
 	// Buffer no more than the pool can work on: a buffered message is an
 	// unacked message nobody is working on.
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	iter, err := cons.Messages(jetstream.PullMaxMessages(p.opts.Workers), jetstream.PullExpiry(pullExpiry))
+	iter, err := cons.Messages(jetstream.PullMaxMessages(p.opts.Workers), jetstream.PullExpiry(pullExpiry), jetstream.PullHeartbeat(pullHeartbeat))
 	if err != nil {
 		cancel()
 		aiter.Stop()
@@ -301,13 +301,18 @@ func (p *Pool) Stop(ctx context.Context) error {
 	}
 }
 
-// pullExpiry bounds each pull request the pool keeps open. When the
-// server holding a pending pull dies (a consumer's leader on a lost node)
-// nothing tells the client: nats.go notices only when two heartbeats, each
-// half the expiry, are missing, and then pulls again. With the 30s
-// default a pool sat idle for 30-35s after a cluster node died (make
-// soak); with 5s it is back within about 5s.
-const pullExpiry = 5 * time.Second
+// pullExpiry bounds each pull request the pool keeps open, and
+// pullHeartbeat is how often the server says an open pull is alive. When
+// the server holding a pending pull dies (a consumer's leader on a lost
+// node) nothing tells the client: nats.go notices only when two heartbeats
+// are missing, and then pulls again. With the defaults (30s expiry, 15s
+// heartbeat) a pool sat idle for 30-35s after a cluster node died (make
+// soak); with these it notices in 2s, and pulls again every 2s until the
+// consumer has a new leader.
+const (
+	pullExpiry    = 5 * time.Second
+	pullHeartbeat = time.Second
+)
 
 func (p *Pool) crash(point string) {
 	if p.opts.Crash != nil {
