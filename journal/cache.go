@@ -10,7 +10,7 @@ import (
 
 // DefaultRunCacheBytes is the default budget of the run cache (see
 // WithRunCache).
-const DefaultRunCacheBytes = 16 << 20
+const DefaultRunCacheBytes = 4 << 20
 
 // eventOverhead is what one cached event costs besides its data: the
 // envelope's strings and the slice slot, roughly.
