@@ -102,10 +102,17 @@ func startStack(ctx context.Context, o stackOptions) (_ *stack, err error) {
 	if s.js, err = jetstream.New(s.nc); err != nil {
 		return nil, err
 	}
-	if err := journal.Ensure(ctx, s.js, journal.Layout{Replicas: o.replicas, AckWait: o.ackWait, MaxDeliver: o.maxDeliver}); err != nil {
+	err = untilJetStreamAnswers(ctx, o.log, "ensure the layout", func(ctx context.Context) error {
+		return journal.Ensure(ctx, s.js, journal.Layout{Replicas: o.replicas, AckWait: o.ackWait, MaxDeliver: o.maxDeliver})
+	})
+	if err != nil {
 		return nil, err
 	}
-	if s.journal, err = journal.New(ctx, s.js); err != nil {
+	err = untilJetStreamAnswers(ctx, o.log, "open the journal", func(ctx context.Context) (err error) {
+		s.journal, err = journal.New(ctx, s.js)
+		return err
+	})
+	if err != nil {
 		return nil, err
 	}
 	if o.workers == 0 {
@@ -134,10 +141,53 @@ func startStack(ctx context.Context, o stackOptions) (_ *stack, err error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := s.pool.Start(ctx); err != nil {
+	if err := untilJetStreamAnswers(ctx, o.log, "start the workers", s.pool.Start); err != nil {
 		return nil, err
 	}
 	return s, nil
+}
+
+// jetStreamPatience is how long a starting process waits for JetStream to
+// answer before giving up.
+const jetStreamPatience = 2 * time.Minute
+
+// untilJetStreamAnswers runs step until it succeeds, fails for a reason
+// waiting will not change, ctx is done or jetStreamPatience has passed. A
+// JetStream cluster that just lost or regained a server answers nothing,
+// or "temporarily unavailable", while it elects leaders (4 to 9 s per
+// group); a worker started then waits rather than exits (make soak
+// started workers during a failover and saw them exit on the first
+// timeout).
+func untilJetStreamAnswers(ctx context.Context, log *slog.Logger, what string, step func(context.Context) error) error {
+	deadline := time.Now().Add(jetStreamPatience)
+	for attempt := 1; ; attempt++ {
+		err := step(ctx)
+		if err == nil || !jetStreamBusy(err) || ctx.Err() != nil || time.Now().After(deadline) {
+			return err
+		}
+		wait := min(time.Duration(attempt)*500*time.Millisecond, 5*time.Second)
+		log.WarnContext(ctx, "JetStream does not answer yet; trying again", "step", what, "attempt", attempt, "in", wait, "err", err)
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(wait):
+		}
+	}
+}
+
+// jetStreamBusy reports whether err is JetStream not answering for now:
+// a timeout, no responders, or a 503 other than "JetStream is not enabled".
+func jetStreamBusy(err error) bool {
+	var apiErr *jetstream.APIError
+	switch {
+	case errors.As(err, &apiErr):
+		return apiErr.Code == 503 && apiErr.ErrorCode != jetstream.JSErrCodeJetStreamNotEnabled &&
+			apiErr.ErrorCode != jetstream.JSErrCodeJetStreamNotEnabledForAccount
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout), errors.Is(err, nats.ErrNoResponders),
+		errors.Is(err, jetstream.ErrNoStreamResponse):
+		return true
+	}
+	return false
 }
 
 // close stops the workers (letting runs in progress finish for a while),

@@ -30,6 +30,7 @@ const (
 type natsNode struct {
 	name      string
 	clientURL string
+	conf      string // its config file, to start it again on the same store
 	proc      *proc
 }
 
@@ -74,6 +75,7 @@ cluster {
 		nodes[i] = &natsNode{
 			name:      name,
 			clientURL: fmt.Sprintf("nats://127.0.0.1:%d", clientPorts[i]),
+			conf:      confPath,
 			proc:      startProc(t, "nats-"+name, logs, "Server is ready", bin, nil, "-c", confPath),
 		}
 	}

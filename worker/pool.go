@@ -233,6 +233,7 @@ func (p *Pool) Start(ctx context.Context) error {
 	}
 	cons, err := p.js.Consumer(ctx, journal.StreamWork, journal.ConsumerWorkers)
 	if err != nil {
+		aiter.Stop() // Start may be tried again
 		return fmt.Errorf("worker: consumer %s on %s: %w", journal.ConsumerWorkers, journal.StreamWork, err)
 	}
 	// Buffer no more than the pool can work on: a buffered message is an
