@@ -282,9 +282,10 @@ func pause(ctx context.Context, try int) error {
 }
 
 // isConflict reports whether err is JetStream refusing a publish because of
-// its expected last sequence, or because the same Nats-Msg-Id is being
-// stored concurrently. Replicated streams answer 10164 where a single
-// server answers 10071.
+// its expected last sequence (10071), or, on a replicated stream, because
+// a message on the run's subjects or with the same Nats-Msg-Id is still in
+// process (10164, 10158) after inProcessTries: then the stream decides
+// (see storedNext).
 func isConflict(err error) bool {
 	var apiErr *jetstream.APIError
 	if !errors.As(err, &apiErr) {
