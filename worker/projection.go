@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/loopgate/loopgate/journal"
 )
@@ -12,9 +13,10 @@ import (
 // projection is for listing runs and is rebuildable from the events, so a
 // run does not wait for it: each update (a KV get and a compare-and-set
 // write, at start, at each park and at the finish) was two round trips in
-// the middle of a step. Updates go to one goroutine, newest per run wins
-// (an update waiting behind a newer one of the same run is never written),
-// and the journal's PutRun refuses to roll a record back.
+// the middle of a step. Updates go to one goroutine, which writes what is
+// queued every projectionDelay, newest per run (an update superseded
+// before it is written is never written), and the journal's PutRun
+// refuses to roll a record back.
 type projector struct {
 	put func(context.Context, journal.RunRecord) error
 	log *slog.Logger
@@ -45,12 +47,24 @@ func (p *projector) update(rec journal.RunRecord) {
 	}
 }
 
+// projectionDelay is how long an update waits for newer ones of the same
+// run before it is written: a run that parks and is decided and resumed
+// within it, or finishes, costs one write instead of several (each a KV
+// get and an fsynced write).
+const projectionDelay = 250 * time.Millisecond
+
 // run writes queued records until close; ctx bounds each write.
 func (p *projector) run(ctx context.Context) {
 	defer close(p.done)
 	for {
 		select {
 		case <-p.kick:
+		case <-p.stop:
+			p.writePending(ctx)
+			return
+		}
+		select {
+		case <-time.After(projectionDelay):
 			p.writePending(ctx)
 		case <-p.stop:
 			p.writePending(ctx)
