@@ -172,64 +172,18 @@ func TestRandomKillsUnderLoad(t *testing.T) {
 	}
 	mu.Unlock()
 
-	all, err := readEvents(ctx, js, "loopgate.events."+tenant+".>")
-	if err != nil {
-		t.Fatal(err)
-	}
-	kv, err := js.KeyValue(ctx, "loopgate_idempotency")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var problems []string
-	notables := map[string]int{}
-	ops := map[string]string{}
-	totalEvents := 0
-	for _, id := range runIDs {
-		rep := checkRun(id, all[id])
-		checkIdempotency(ctx, kv, rep)
-		checkDrafts(outbox, rep)
-		totalEvents += rep.Events
-		for _, n := range rep.Notables {
-			f := strings.Fields(n)
-			notables[strings.Join(f[1:len(f)-1], " ")]++
-		}
-		for op := range rep.Ops {
-			if other, dup := ops[op]; dup {
-				rep.Problems = append(rep.Problems, fmt.Sprintf("operation %s also belongs to run %s", op, other))
-			}
-			ops[op] = id
-		}
-		for _, p := range rep.Problems {
-			problems = append(problems, id+": "+p)
-		}
-		if len(rep.Problems) > 0 && len(problems) < 40 {
-			t.Logf("run %s:\n%s", id, renderTrail(all[id]))
-		}
-	}
-	if len(all) != chaosRuns {
-		problems = append(problems, fmt.Sprintf("the events stream holds %d runs, want %d", len(all), chaosRuns))
-	}
-	drafts, temps := outboxFiles(t, outbox)
-	if len(drafts) != 3*chaosRuns {
-		problems = append(problems, fmt.Sprintf("outbox holds %d drafts, want %d", len(drafts), 3*chaosRuns))
-	}
-	renames, tempWrites, overflow := watch.writes()
-	if overflow {
-		problems = append(problems, "inotify queue overflowed: write counts unknown")
-	}
-	for _, d := range drafts {
-		if renames[d] != 1 {
-			problems = append(problems, fmt.Sprintf("draft %s was renamed into place %d times", d, renames[d]))
-		}
-	}
+	v := verifyRuns(ctx, t, js, outbox, runIDs)
+	problems, notables, totalEvents := v.problems, v.notables, v.events
+	ov := checkOutbox(t, outbox, watch, 3*chaosRuns)
+	problems = append(problems, ov.problems...)
 	problems = append(problems, ap.trouble()...)
 
 	var b strings.Builder
 	fmt.Fprintf(&b, "\nchaos soak: %d runs at %d/s, 3 nats-servers (R3, sync always), 2 worker processes x %d workers, ack-wait %s, seed %d\n",
 		chaosRuns, chaosPace, workersPerProc, ackWait, seed)
 	fmt.Fprintf(&b, "  all done in %s; %d worker processes killed and replaced, nats-server %s down %s\n", total.Round(time.Millisecond), workerKills, downNode.name, chaosNodeDown)
-	fmt.Fprintf(&b, "  events %d (%d beyond the %d of undisturbed runs); drafts %d, each renamed into place once: %v; draft tool writes begun %d (a write killed before its rename leaves a temp file: %d left)\n",
-		totalEvents, totalEvents-chaosRuns*happyEvents, chaosRuns*happyEvents, len(drafts), len(problems) == 0, tempWrites, len(temps))
+	fmt.Fprintf(&b, "  events %d (%d beyond the %d of undisturbed runs); drafts %d, renamed into place more than once %d; draft writes begun %d (a write killed before its rename leaves a temp file: %d left)\n",
+		totalEvents, totalEvents-chaosRuns*happyEvents, chaosRuns*happyEvents, ov.drafts, ov.twice, ov.tempWrites, len(ov.leftovers))
 	keys := make([]string, 0, len(notables))
 	for k := range notables {
 		keys = append(keys, k)

@@ -307,64 +307,11 @@ func TestClusterSurvivesANodeAndAWorker(t *testing.T) {
 	}
 
 	// The verdict, from the stream as any audit reader sees it.
-	all, err := readEvents(ctx, js, "loopgate.events."+tenant+".>")
-	if err != nil {
-		t.Fatal(err)
-	}
-	kv, err := js.KeyValue(ctx, "loopgate_idempotency")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var problems []string
-	reasons := map[string]int{}
-	notables := map[string]int{}
-	totalEvents, extraEvents := 0, 0
-	ops := map[string]string{}
-	for _, id := range runIDs {
-		rep := checkRun(id, all[id])
-		checkIdempotency(ctx, kv, rep)
-		checkDrafts(outbox, rep)
-		reasons[string(rep.Reason)]++
-		totalEvents += rep.Events
-		extraEvents += rep.Events - happyEvents
-		for _, n := range rep.Notables {
-			f := strings.Fields(n)
-			notables[strings.Join(f[1:len(f)-1], " ")]++
-		}
-		for op := range rep.Ops {
-			if other, dup := ops[op]; dup {
-				rep.Problems = append(rep.Problems, fmt.Sprintf("operation %s also belongs to run %s", op, other))
-			}
-			ops[op] = id
-		}
-		for _, p := range rep.Problems {
-			problems = append(problems, id+": "+p)
-		}
-		if len(rep.Problems) > 0 && len(problems) < 40 {
-			t.Logf("run %s:\n%s", id, renderTrail(all[id]))
-		}
-	}
-	if len(all) != clusterRuns {
-		problems = append(problems, fmt.Sprintf("the events stream holds %d runs, want %d", len(all), clusterRuns))
-	}
-	drafts, temps := outboxFiles(t, outbox)
-	if len(drafts) != 3*clusterRuns || len(temps) != 0 {
-		problems = append(problems, fmt.Sprintf("outbox holds %d drafts and %d other files %v, want %d drafts", len(drafts), len(temps), temps, 3*clusterRuns))
-	}
-	renames, tempWrites, overflow := watch.writes()
-	if overflow {
-		problems = append(problems, "inotify queue overflowed: write counts unknown")
-	}
-	twice := 0
-	for _, d := range drafts {
-		if renames[d] != 1 {
-			twice++
-			problems = append(problems, fmt.Sprintf("draft %s was written %d times", d, renames[d]))
-		}
-	}
-	if tempWrites != 3*clusterRuns {
-		problems = append(problems, fmt.Sprintf("the draft tool wrote %d times, want %d", tempWrites, 3*clusterRuns))
-	}
+	v := verifyRuns(ctx, t, js, outbox, runIDs)
+	problems, reasons, notables, totalEvents := v.problems, v.reasons, v.notables, v.events
+	extraEvents := totalEvents - clusterRuns*happyEvents
+	ov := checkOutbox(t, outbox, watch, 3*clusterRuns)
+	problems = append(problems, ov.problems...)
 	problems = append(problems, ap.trouble()...)
 
 	// The report.
@@ -378,8 +325,8 @@ func TestClusterSurvivesANodeAndAWorker(t *testing.T) {
 	}
 	fmt.Fprintf(&b, "  total %s; node %s %s at +%s (leaders then: %v); %s %s at +%s\n", total.Round(time.Millisecond),
 		victim.name, verb, nodeKilled.Sub(began).Round(time.Millisecond), leaders, workers[0].name, verb, workerKilled.Sub(began).Round(time.Millisecond))
-	fmt.Fprintf(&b, "  finished: %v; events %d (%d beyond the %d of undisturbed runs); drafts %d, tool writes %d, drafts written twice %d; operations %d\n",
-		reasons, totalEvents, extraEvents, clusterRuns*happyEvents, len(drafts), tempWrites, twice, len(ops))
+	fmt.Fprintf(&b, "  finished: %v; events %d (%d beyond the %d of undisturbed runs); drafts %d, tool writes %d (%d interrupted before their rename), drafts written twice %d; operations %d\n",
+		reasons, totalEvents, extraEvents, clusterRuns*happyEvents, ov.drafts, ov.tempWrites, len(ov.leftovers), ov.twice, v.ops)
 	keys := make([]string, 0, len(notables))
 	for k := range notables {
 		keys = append(keys, k)
@@ -399,7 +346,7 @@ func TestClusterSurvivesANodeAndAWorker(t *testing.T) {
 	park, pub := ap.lags()
 	fmt.Fprintf(&b, "  approver: parked event seen after %s; approval published in %s\n", spread(park), spread(pub))
 	b.WriteString("  where the runs' time went (gap before an event, by the event types around it):\n")
-	b.WriteString(whereTimeWent(all, 12))
+	b.WriteString(whereTimeWent(v.all, 12))
 	t.Log(b.String())
 
 	if len(problems) > 0 {

@@ -1257,3 +1257,99 @@ func whereTimeWent(runs map[string][]stored, top int) string {
 	}
 	return b.String()
 }
+
+// verdict is what checking many runs found.
+type verdict struct {
+	problems []string
+	reasons  map[string]int // finished reasons
+	notables map[string]int // recovery events, by kind
+	events   int            // events of all the runs
+	ops      int            // distinct operations of the write tool
+	all      map[string][]stored
+}
+
+// verifyRuns reads every run of runIDs back from the stream and checks
+// each (checkRun, checkIdempotency, checkDrafts), that no operation
+// belongs to two runs, and that the stream holds no other runs. It logs
+// the trail of the first runs with problems.
+func verifyRuns(ctx context.Context, t *testing.T, js jetstream.JetStream, outbox string, runIDs []string) verdict {
+	t.Helper()
+	all, err := readEvents(ctx, js, "loopgate.events."+tenant+".>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(ctx, "loopgate_idempotency")
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := verdict{reasons: map[string]int{}, notables: map[string]int{}, all: all}
+	ops := map[string]string{}
+	for _, id := range runIDs {
+		rep := checkRun(id, all[id])
+		checkIdempotency(ctx, kv, rep)
+		checkDrafts(outbox, rep)
+		v.reasons[string(rep.Reason)]++
+		v.events += rep.Events
+		for _, n := range rep.Notables {
+			f := strings.Fields(n)
+			v.notables[strings.Join(f[1:len(f)-1], " ")]++
+		}
+		for op := range rep.Ops {
+			if other, dup := ops[op]; dup {
+				rep.Problems = append(rep.Problems, fmt.Sprintf("operation %s also belongs to run %s", op, other))
+			}
+			ops[op] = id
+		}
+		for _, p := range rep.Problems {
+			v.problems = append(v.problems, id+": "+p)
+		}
+		if len(rep.Problems) > 0 && len(v.problems) < 40 {
+			t.Logf("run %s:\n%s", id, renderTrail(all[id]))
+		}
+	}
+	if len(all) != len(runIDs) {
+		v.problems = append(v.problems, fmt.Sprintf("the events stream holds %d runs, want %d", len(all), len(runIDs)))
+	}
+	v.ops = len(ops)
+	return v
+}
+
+// outboxVerdict is what checkOutbox found.
+type outboxVerdict struct {
+	problems   []string
+	drafts     int
+	leftovers  []string // temp files of writes killed before their rename
+	tempWrites int      // draft writes begun
+	twice      int      // drafts renamed into place more than once
+}
+
+// checkOutbox checks the drafts against the tool's writes seen through
+// inotify: want drafts, each renamed into place exactly once. A write that
+// a kill interrupted before its rename took no effect (the draft is not
+// there; draft_status reconciles it as not applied and the retry writes
+// it) and leaves its temp file behind: every draft write begun is either a
+// draft or such a leftover.
+func checkOutbox(t *testing.T, outbox string, watch *outboxWatch, want int) outboxVerdict {
+	t.Helper()
+	drafts, temps := outboxFiles(t, outbox)
+	v := outboxVerdict{drafts: len(drafts), leftovers: temps}
+	if len(drafts) != want {
+		v.problems = append(v.problems, fmt.Sprintf("outbox holds %d drafts, want %d", len(drafts), want))
+	}
+	renames, tempWrites, overflow := watch.writes()
+	v.tempWrites = tempWrites
+	if overflow {
+		v.problems = append(v.problems, "inotify queue overflowed: write counts unknown")
+	}
+	for _, d := range drafts {
+		if renames[d] != 1 {
+			v.twice++
+			v.problems = append(v.problems, fmt.Sprintf("draft %s was renamed into place %d times", d, renames[d]))
+		}
+	}
+	if tempWrites != len(drafts)+len(temps) {
+		v.problems = append(v.problems, fmt.Sprintf("the draft tool began %d writes for %d drafts and %d interrupted writes left behind %v",
+			tempWrites, len(drafts), len(temps), temps))
+	}
+	return v
+}

@@ -1,6 +1,7 @@
 package natstest
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net"
@@ -23,11 +24,49 @@ type Cluster struct {
 	JS jetstream.JetStream
 }
 
-// StartCluster starts the cluster (sync_interval 2m: the tests are about
-// replication, not fsyncs), waits for a meta leader and ensures the layout
-// with Replicas 3. Everything is shut down in t.Cleanup.
+// ClusterOptions tune StartClusterWith.
+type ClusterOptions struct {
+	// SyncInterval of every server: "always", or a duration. Defaults to
+	// "2m": the tests are about replication, not fsyncs.
+	SyncInterval string
+	// Layout is passed to journal.Ensure, with Replicas 3. Defaults to the
+	// journal defaults with an AckWait of 5s.
+	Layout journal.Layout
+}
+
+// StartCluster is StartClusterWith the default options.
 func StartCluster(t testing.TB) *Cluster {
 	t.Helper()
+	return StartClusterWith(t, ClusterOptions{})
+}
+
+// StartClusterWith starts the cluster, waits for a meta leader and ensures
+// the layout with Replicas 3. Everything is shut down in t.Cleanup.
+func StartClusterWith(t testing.TB, o ClusterOptions) *Cluster {
+	t.Helper()
+	o.Layout.Replicas = 3
+	o.Layout.AckWait = cmp.Or(o.Layout.AckWait, 5*time.Second)
+	opts := func(i int, port int, routes []*url.URL) *server.Options {
+		so := &server.Options{
+			ServerName: fmt.Sprintf("s%d", i+1), Host: "127.0.0.1", Port: server.RANDOM_PORT,
+			JetStream: true, StoreDir: t.TempDir(), NoSigs: true,
+			Cluster: server.ClusterOpts{Name: "natstest", Host: "127.0.0.1", Port: port},
+			Routes:  routes,
+		}
+		switch o.SyncInterval {
+		case "always":
+			so.SyncAlways = true
+		case "":
+			so.SyncInterval = 2 * time.Minute
+		default:
+			d, err := time.ParseDuration(o.SyncInterval)
+			if err != nil {
+				t.Fatalf("natstest: cluster: sync interval: %v", err)
+			}
+			so.SyncInterval = d
+		}
+		return so
+	}
 	const n = 3
 	ports := make([]int, n)
 	for i := range ports {
@@ -44,12 +83,7 @@ func StartCluster(t testing.TB) *Cluster {
 	}
 	c := &Cluster{}
 	for i := range n {
-		s, err := server.NewServer(&server.Options{
-			ServerName: fmt.Sprintf("s%d", i+1), Host: "127.0.0.1", Port: server.RANDOM_PORT,
-			JetStream: true, StoreDir: t.TempDir(), SyncInterval: 2 * time.Minute, NoSigs: true,
-			Cluster: server.ClusterOpts{Name: "natstest", Host: "127.0.0.1", Port: ports[i]},
-			Routes:  routes,
-		})
+		s, err := server.NewServer(opts(i, ports[i], routes))
 		if err != nil {
 			t.Fatalf("natstest: cluster: %v", err)
 		}
@@ -73,7 +107,7 @@ func StartCluster(t testing.TB) *Cluster {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
-		err = journal.Ensure(ctx, c.JS, journal.Layout{Replicas: 3, AckWait: 5 * time.Second})
+		err = journal.Ensure(ctx, c.JS, o.Layout)
 		cancel()
 		if err == nil {
 			return c
