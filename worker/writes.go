@@ -5,6 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/loopgate/loopgate/events"
 	"github.com/loopgate/loopgate/idempotency"
@@ -75,13 +78,49 @@ func (r *run) runWrite(ctx context.Context, a *attempt) (events.ExecutedData, er
 		rec.State = idempotency.Failed
 	}
 	rec.Updated = r.p.now().UTC()
-	if _, err := r.p.idem.Set(ctx, rec, rev); err != nil {
-		// The tool ran; the executed event below is the truth. Without the
-		// record, only a crash before that event could make this unknown.
-		r.log.WarnContext(ctx, "record operation outcome", "operation_id", rec.OperationID, "state", rec.State, "err", err)
-	}
+	r.recordOutcome(ctx, rec, rev)
 	r.p.crash("after:idempotency_record")
 	return out, nil
+}
+
+// outcomePatience is how long a worker keeps trying to record an
+// operation's outcome while JetStream does not answer: about the longest
+// a cluster takes to elect new leaders after losing a server (4 to 9 s).
+const outcomePatience = 15 * time.Second
+
+// recordOutcome writes the outcome of an attempt that ran (rec) over the
+// in-flight record at rev. It tries again while JetStream does not
+// answer, and takes a revision mismatch for success when the record
+// already holds this outcome (an earlier try stored it, its answer lost).
+// If it still fails, the tool ran all the same: the executed event that
+// follows is the truth, and without the record only a crash before that
+// event could make the outcome unknown. (make soak's random kills found
+// records left in flight when a server died during the write.)
+func (r *run) recordOutcome(ctx context.Context, rec idempotency.Record, rev uint64) {
+	deadline := time.Now().Add(outcomePatience) // wall time: the pool's clock may be a test's
+	for try := 1; ; try++ {
+		_, err := r.p.idem.Set(ctx, rec, rev)
+		if err == nil {
+			return
+		}
+		if errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+			cur, _, gerr := r.p.idem.Get(ctx, rec.OperationID)
+			if gerr == nil && cur.State == rec.State && cur.Attempt == rec.Attempt && cur.RunID == rec.RunID {
+				return
+			}
+			r.log.WarnContext(ctx, "operation record changed under this attempt; outcome not recorded there",
+				"operation_id", rec.OperationID, "state", rec.State, "record_state", cur.State, "err", gerr)
+			return
+		}
+		if ctx.Err() != nil || !time.Now().Before(deadline) {
+			r.log.WarnContext(ctx, "record operation outcome", "operation_id", rec.OperationID, "state", rec.State, "tries", try, "err", err)
+			return
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(min(time.Duration(try)*250*time.Millisecond, 2*time.Second)):
+		}
+	}
 }
 
 // reconcile asks the tool's reconcile tool whether the call's last attempt
@@ -125,7 +164,7 @@ func (r *run) reconcile(ctx context.Context, c *events.CallState) error {
 	if d.Applied {
 		if rec, rev, err := r.p.idem.Get(ctx, opID); err == nil {
 			rec.State, rec.Result, rec.Updated = idempotency.Completed, d.Result, r.p.now().UTC()
-			_, _ = r.p.idem.Set(ctx, rec, rev)
+			r.recordOutcome(ctx, rec, rev)
 		}
 	}
 	return r.append(ctx, events.TypeReconciled, r.st.CurrentStep, c.Call.ID, c.Call.Tool, d)
