@@ -34,6 +34,8 @@ type bundle struct {
 	outbox string
 	logs   *logBuffer
 
+	cluster *natstest.Cluster // with options.cluster
+
 	pool      *worker.Pool
 	startPool func()
 	newPool   func() *worker.Pool // another pool on the same server, as another process
@@ -52,6 +54,10 @@ type options struct {
 	retry    time.Duration  // the pool's redelivery delay after an error
 	pricing  map[string]config.Price
 
+	// cluster runs the test on three clustered servers (R3) instead of
+	// one; b.cluster can stop and restart them.
+	cluster bool
+
 	// configFile loads the CityOps config from this file instead of the
 	// copy embedded in cityops.Files (the same bytes, when it is
 	// ../examples/cityops/loopgate.yaml).
@@ -60,7 +66,24 @@ type options struct {
 
 func setup(t testing.TB, o options) *bundle {
 	t.Helper()
-	env := natstest.StartWith(t, natstest.Options{Layout: o.layout})
+	var env *natstest.Env
+	var cluster *natstest.Cluster
+	if o.cluster {
+		cluster = natstest.StartClusterWith(t, natstest.ClusterOptions{Layout: o.layout})
+		j, err := journal.New(t.Context(), cluster.JS)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The pool's JetStream context as loopgate's own: nats.go's 5s
+		// request timeout (the cluster's admin context waits 30s).
+		js, err := jetstream.New(cluster.Conn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		env = &natstest.Env{Conn: cluster.Conn, JS: js, Journal: j}
+	} else {
+		env = natstest.StartWith(t, natstest.Options{Layout: o.layout})
+	}
 	cfg, err := config.Load(cityops.Files, cityops.ConfigFile)
 	if o.configFile != "" {
 		cfg, err = config.LoadFile(o.configFile)
@@ -68,7 +91,7 @@ func setup(t testing.TB, o options) *bundle {
 	if err != nil {
 		t.Fatalf("load cityops config: %v", err)
 	}
-	b := &bundle{t: t, env: env, cfg: cfg, outbox: t.TempDir(), logs: &logBuffer{}}
+	b := &bundle{t: t, env: env, cluster: cluster, cfg: cfg, outbox: t.TempDir(), logs: &logBuffer{}}
 	builtins := tools.Builtins{}
 	if err := cityops.Register(builtins, cityops.Options{Outbox: b.outbox}); err != nil {
 		t.Fatal(err)

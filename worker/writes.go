@@ -84,13 +84,14 @@ func (r *run) runWrite(ctx context.Context, a *attempt) (events.ExecutedData, er
 }
 
 // outcomePatience is how long a worker keeps trying to record an
-// operation's outcome while JetStream does not answer: about the longest
-// a cluster takes to elect new leaders after losing a server (4 to 9 s).
-const outcomePatience = 15 * time.Second
+// operation's outcome while JetStream does not answer: a few times the
+// longest a cluster takes to elect new leaders after losing a server
+// (4 to 9 s), each try bounded by the client's request timeout.
+const outcomePatience = 30 * time.Second
 
 // recordOutcome writes the outcome of an attempt that ran (rec) over the
 // in-flight record at rev. It tries again while JetStream does not
-// answer, and takes a revision mismatch for success when the record
+// answer (up to outcomePatience), and takes a revision mismatch for success when the record
 // already holds this outcome (an earlier try stored it, its answer lost).
 // If it still fails, the tool ran all the same: the executed event that
 // follows is the truth, and without the record only a crash before that

@@ -20,8 +20,33 @@ import (
 // loopback routes, with loopgate's layout at three replicas.
 type Cluster struct {
 	Servers []*server.Server
-	// JS is on an in-process connection to the first server.
-	JS jetstream.JetStream
+	// Conn is an in-process connection to the first server, and JS is on
+	// it.
+	Conn *nats.Conn
+	JS   jetstream.JetStream
+
+	options []func() *server.Options // each server's, for Restart
+}
+
+// Shutdown stops server i (not 0, which holds Conn) as if it died.
+func (c *Cluster) Shutdown(i int) {
+	c.Servers[i].Shutdown()
+	c.Servers[i].WaitForShutdown()
+}
+
+// Restart starts server i again on its store, after Shutdown.
+func (c *Cluster) Restart(t testing.TB, i int) {
+	t.Helper()
+	s, err := server.NewServer(c.options[i]())
+	if err != nil {
+		t.Fatalf("natstest: cluster: restart %d: %v", i, err)
+	}
+	s.Start()
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	if !s.ReadyForConnections(10 * time.Second) {
+		t.Fatalf("natstest: cluster: server %s not ready after restart", s.Name())
+	}
+	c.Servers[i] = s
 }
 
 // ClusterOptions tune StartClusterWith.
@@ -46,10 +71,10 @@ func StartClusterWith(t testing.TB, o ClusterOptions) *Cluster {
 	t.Helper()
 	o.Layout.Replicas = 3
 	o.Layout.AckWait = cmp.Or(o.Layout.AckWait, 5*time.Second)
-	opts := func(i int, port int, routes []*url.URL) *server.Options {
+	opts := func(i int, port int, routes []*url.URL, store string) *server.Options {
 		so := &server.Options{
 			ServerName: fmt.Sprintf("s%d", i+1), Host: "127.0.0.1", Port: server.RANDOM_PORT,
-			JetStream: true, StoreDir: t.TempDir(), NoSigs: true,
+			JetStream: true, StoreDir: store, NoSigs: true,
 			Cluster: server.ClusterOpts{Name: "natstest", Host: "127.0.0.1", Port: port},
 			Routes:  routes,
 		}
@@ -83,7 +108,9 @@ func StartClusterWith(t testing.TB, o ClusterOptions) *Cluster {
 	}
 	c := &Cluster{}
 	for i := range n {
-		s, err := server.NewServer(opts(i, ports[i], routes))
+		store := t.TempDir()
+		c.options = append(c.options, func() *server.Options { return opts(i, ports[i], routes, store) })
+		s, err := server.NewServer(c.options[i]())
 		if err != nil {
 			t.Fatalf("natstest: cluster: %v", err)
 		}
@@ -101,6 +128,7 @@ func StartClusterWith(t testing.TB, o ClusterOptions) *Cluster {
 		t.Fatalf("natstest: cluster: %v", err)
 	}
 	t.Cleanup(nc.Close)
+	c.Conn = nc
 	if c.JS, err = jetstream.New(nc, jetstream.WithDefaultTimeout(30*time.Second)); err != nil {
 		t.Fatalf("natstest: cluster: %v", err)
 	}

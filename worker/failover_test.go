@@ -1,0 +1,115 @@
+package worker_test
+
+import (
+	"context"
+	"encoding/json"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/loopgate/loopgate/config"
+	"github.com/loopgate/loopgate/events"
+	"github.com/loopgate/loopgate/idempotency"
+	"github.com/loopgate/loopgate/model"
+	"github.com/loopgate/loopgate/tools"
+)
+
+// A write whose outcome is recorded while its cluster has lost quorum:
+// the tool's side effect happens, then two of the three servers die (the
+// idempotency bucket's leader among them) and come back six seconds
+// later, so the first try to record the outcome fails (no responders, or
+// the 5 s request timeout) before the cluster has elected new leaders. The worker keeps trying to record the outcome until the cluster
+// answers again, so the operation's record ends completed, the tool ran
+// once and the run finishes done. (Given up after the first timeout, the
+// record stayed in flight: make soak's random kills found it.)
+func TestAWriteOutcomeIsRecordedThroughAFailover(t *testing.T) {
+	t.Parallel()
+	var runs atomic.Int32
+	var b *bundle
+	m, fns := ungated("create_ticket", &runs, func(ctx context.Context, c tools.Call) (any, error) {
+		for _, i := range []int{1, 2} {
+			b.cluster.Shutdown(i)
+		}
+		go func() {
+			time.Sleep(6 * time.Second)
+			for _, i := range []int{1, 2} {
+				b.cluster.Restart(t, i)
+			}
+		}()
+		return map[string]string{"ticket": "T-" + c.OperationID[:8]}, nil
+	})
+	m.Timeout = events.Duration(8 * time.Second) // the lease, should the executed event wait for the cluster too
+	b = setup(t, options{
+		cluster: true,
+		tools:   []tools.Manifest{m}, builtins: fns, roles: writerRoles("create_ticket"),
+		agents:  map[string]config.Profile{"ticketer": profile("create_ticket")},
+		scripts: map[string]model.Model{"ticketer": scripted(t, `{"tool_calls":[{"tool":"create_ticket","args":{"n":7}}]}`, `{"final_answer":{"summary":"ok"}}`)},
+	})
+	leadIdempotencyFrom(t, b, "s2", "s3")
+
+	runID := b.submit(task("failover-1", "ticketer"))
+	evs := b.waitEndWithin(runID, 90*time.Second)
+	if fin := last[events.FinishedData](t, evs, events.TypeFinished); fin.Reason != events.ReasonDone {
+		t.Fatalf("finished %s (%s), want done\n%s", fin.Reason, fin.Detail, b.logs.String())
+	}
+	if n := runs.Load(); n != 1 {
+		t.Errorf("the write ran %d times, want once", n)
+	}
+	rec, _, err := idemStore(t, b).Get(t.Context(), events.OperationID(runID, "s1c1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.State != idempotency.Completed || string(rec.Result) == "" {
+		raw, _ := json.Marshal(rec)
+		t.Errorf("operation record %s, want completed with the result\n%s", raw, b.logs.String())
+	}
+}
+
+// leadIdempotencyFrom makes one of servers lead the idempotency bucket.
+func leadIdempotencyFrom(t *testing.T, b *bundle, servers ...string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	for {
+		st, err := b.env.JS.Stream(ctx, "KV_loopgate_idempotency")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ci := st.CachedInfo().Cluster; ci != nil {
+			for _, s := range servers {
+				if ci.Leader == s {
+					return
+				}
+			}
+		}
+		// Ask the leader to step down; the next may be one of servers.
+		_, _ = b.env.Conn.Request("$JS.API.STREAM.LEADER.STEPDOWN.KV_loopgate_idempotency", nil, 5*time.Second)
+		select {
+		case <-ctx.Done():
+			t.Fatal("the idempotency bucket's leader never moved")
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+// waitEndWithin polls the run until it ends, riding out the moments a
+// failing-over cluster does not answer (a watch's consumer would end with
+// an error then).
+func (b *bundle) waitEndWithin(runID string, d time.Duration) []events.Event {
+	b.t.Helper()
+	deadline := time.Now().Add(d)
+	var lastErr error
+	for time.Now().Before(deadline) {
+		ctx, cancel := context.WithTimeout(b.t.Context(), 5*time.Second)
+		evs, _, err := b.env.Journal.Load(ctx, "cityops", runID)
+		cancel()
+		if err == nil && len(evs) > 0 && (evs[len(evs)-1].Type == events.TypeFinished || evs[len(evs)-1].Type == events.TypeRejected) {
+			checkEnvelopes(b.t, runID, evs)
+			return evs
+		}
+		lastErr = err
+		time.Sleep(200 * time.Millisecond)
+	}
+	b.t.Fatalf("run %s did not end within %s (last read: %v)\nlogs:\n%s", runID, d, lastErr, b.logs.String())
+	return nil
+}
