@@ -41,15 +41,11 @@ package bench_test
 // sync=always). A table of everything is printed at the end.
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
 	"maps"
-	"os"
-	"os/exec"
 	"runtime"
 	"slices"
 	"strings"
@@ -69,7 +65,6 @@ import (
 	"github.com/loopgate/loopgate/examples/cityops"
 	"github.com/loopgate/loopgate/internal/natstest"
 	"github.com/loopgate/loopgate/journal"
-	"github.com/loopgate/loopgate/natsd"
 	"github.com/loopgate/loopgate/tools"
 	"github.com/loopgate/loopgate/worker"
 )
@@ -241,75 +236,17 @@ func inProcess(env *natstest.Env) *lgServer {
 	}
 }
 
-// The child process of server=process: this test binary run again with
-// these set serves the embedded server (see init).
-const (
-	lgChildDirEnv  = "LOOPGATE_BENCH_CHILD_NATSD_DIR"
-	lgChildSyncEnv = "LOOPGATE_BENCH_CHILD_NATSD_SYNC"
-)
-
-func init() {
-	if dir := os.Getenv(lgChildDirEnv); dir != "" {
-		os.Exit(childServerMain(dir, os.Getenv(lgChildSyncEnv)))
-	}
-}
-
-// childServerMain runs the embedded server on dir, prints its client URL
-// and serves until its stdin closes (the benchmark ended or died).
-func childServerMain(dir, interval string) int {
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	s, err := natsd.Start(natsd.Config{StoreDir: dir, SyncInterval: interval, Logger: log})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "bench server:", err)
-		return 1
-	}
-	defer s.Shutdown()
-	fmt.Println(s.ClientURL())
-	_, _ = io.Copy(io.Discard, os.Stdin)
-	return 0
-}
+// The child process of server=process is this test binary run again.
+func init() { natstest.ServeChildIfAsked() }
 
 // startChildServer starts the embedded server with the given fsync
-// setting in a child process, ensures loopgate's layout (AckWait 30s) and
-// returns it; connections to it are TCP on loopback. The heap of this
-// process is then the pools' and the benchmark's, not the server's.
+// setting in a child process (natstest.StartChildServer), ensures
+// loopgate's layout (AckWait 30s) and returns it; connections to it are
+// TCP on loopback. The heap of this process is then the pools' and the
+// benchmark's, not the server's.
 func startChildServer(b *testing.B, interval string) *lgServer {
 	b.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$", "-test.bench=^$")
-	cmd.Env = append(os.Environ(), lgChildDirEnv+"="+b.TempDir(), lgChildSyncEnv+"="+interval)
-	cmd.Stderr = os.Stderr
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		b.Fatal(err)
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
-	// Registered before the connections' cleanups, so it runs after them.
-	b.Cleanup(func() {
-		_ = in.Close() // the child shuts down on EOF
-		done := make(chan error, 1)
-		go func() { done <- cmd.Wait() }()
-		select {
-		case err := <-done:
-			if err != nil {
-				b.Errorf("bench server process: %v", err)
-			}
-		case <-time.After(30 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-			b.Error("bench server process did not stop; killed")
-		}
-	})
-	line, err := bufio.NewReader(out).ReadString('\n')
-	if err != nil {
-		b.Fatalf("bench server process: %v", err)
-	}
-	url := strings.TrimSpace(line)
+	url := natstest.StartChildServer(b, interval).URL
 	connect := func(name string) (*nats.Conn, error) { return nats.Connect(url, nats.Name(name)) }
 	admin, err := connect("bench admin")
 	if err != nil {

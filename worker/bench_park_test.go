@@ -32,16 +32,13 @@ package worker_test
 // more events were stored after it parked, see docs/benchmarks.md).
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
-	"io"
 	"log/slog"
 	"math"
 	"os"
-	"os/exec"
 	"runtime"
 	"slices"
 	"strconv"
@@ -84,40 +81,10 @@ const (
 	// allocations (schemas, connection buffers, first KV and consumer
 	// handles) are not charged to the measured runs.
 	benchWarmup = 100
-	// Child server process: the benchmark re-executes its own test binary
-	// with these set (see init).
-	benchServerDirEnv  = "LOOPGATE_BENCH_NATSD_DIR"
-	benchServerSyncEnv = "LOOPGATE_BENCH_NATSD_SYNC"
 )
 
-func init() {
-	if dir := os.Getenv(benchServerDirEnv); dir != "" {
-		os.Exit(benchServerMain(dir, os.Getenv(benchServerSyncEnv)))
-	}
-}
-
-// benchServerMain is the child process of server=process: it runs the
-// embedded server, prints its client URL, answers each "heap" line on stdin
-// with its heap in use after a GC, and exits when stdin closes (the
-// benchmark ended or died).
-func benchServerMain(dir, interval string) int {
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	s, err := natsd.Start(natsd.Config{StoreDir: dir, SyncInterval: interval, Logger: log})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "bench server:", err)
-		return 1
-	}
-	defer s.Shutdown()
-	fmt.Println(s.ClientURL())
-	in := bufio.NewScanner(os.Stdin)
-	for in.Scan() {
-		if in.Text() == "heap" {
-			heap, _ := heapInUse()
-			fmt.Println(heap)
-		}
-	}
-	return 0
-}
+// The child process of server=process is this test binary run again.
+func init() { natstest.ServeChildIfAsked() }
 
 func BenchmarkParkedRuns(b *testing.B) {
 	n := *parkedRuns
@@ -312,11 +279,7 @@ func percentile(sorted []time.Duration, p float64) time.Duration {
 // heapInUse is the heap in use and the goroutine count after the garbage of
 // finished work is collected.
 func heapInUse() (uint64, int) {
-	runtime.GC()
-	runtime.GC() // and what the first one's finalizers let go
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
-	return ms.HeapAlloc, runtime.NumGoroutine()
+	return natstest.HeapInUse(), runtime.NumGoroutine()
 }
 
 func benchTaskID(prefix string, i int) string { return fmt.Sprintf("bench-%s-%06d", prefix, i) }
@@ -410,7 +373,7 @@ type benchStack struct {
 	clientJS jetstream.JetStream
 	journal  *journal.Journal
 	work     jetstream.Consumer
-	child    *benchServer
+	child    *natstest.ChildServer
 	tail     *tailWriter
 }
 
@@ -430,9 +393,9 @@ func startBenchStack(b *testing.B, server, interval string) *benchStack {
 		b.Cleanup(nc.Close)
 		st.client = nc
 	case "process":
-		st.child = startBenchServer(b, interval)
+		st.child = natstest.StartChildServer(b, interval)
 		for _, name := range []string{"bench pool", "bench client"} {
-			nc, err := nats.Connect(st.child.url, nats.Name(name))
+			nc, err := nats.Connect(st.child.URL, nats.Name(name))
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -589,70 +552,11 @@ func (st *benchStack) serverHeap() uint64 {
 	if st.child == nil {
 		return 0
 	}
-	h, err := st.child.heap()
+	h, err := st.child.Heap()
 	if err != nil {
 		st.b.Fatal(err)
 	}
 	return h
-}
-
-// benchServer is the child process running nats-server.
-type benchServer struct {
-	url string
-	in  io.WriteCloser
-	out *bufio.Reader
-}
-
-func startBenchServer(b *testing.B, interval string) *benchServer {
-	b.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$", "-test.bench=^$")
-	cmd.Env = append(os.Environ(), benchServerDirEnv+"="+b.TempDir(), benchServerSyncEnv+"="+interval)
-	cmd.Stderr = os.Stderr
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		b.Fatal(err)
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
-	s := &benchServer{in: in, out: bufio.NewReader(out)}
-	// Registered before the connections' cleanups, so it runs after them.
-	b.Cleanup(func() {
-		in.Close() // the child shuts down on EOF
-		done := make(chan error, 1)
-		go func() { done <- cmd.Wait() }()
-		select {
-		case err := <-done:
-			if err != nil {
-				b.Errorf("bench server: %v", err)
-			}
-		case <-time.After(30 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-			b.Errorf("bench server did not stop; killed")
-		}
-	})
-	line, err := s.out.ReadString('\n')
-	if err != nil {
-		b.Fatalf("bench server did not start: %v", err)
-	}
-	s.url = strings.TrimSpace(line)
-	return s
-}
-
-func (s *benchServer) heap() (uint64, error) {
-	if _, err := io.WriteString(s.in, "heap\n"); err != nil {
-		return 0, err
-	}
-	line, err := s.out.ReadString('\n')
-	if err != nil {
-		return 0, fmt.Errorf("bench server heap: %w", err)
-	}
-	return strconv.ParseUint(strings.TrimSpace(line), 10, 64)
 }
 
 // tailWriter keeps the last 64 KiB written to it, in a fixed buffer.
