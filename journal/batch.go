@@ -159,10 +159,8 @@ func (j *Journal) appendBatch(ctx context.Context, lastStreamSeq uint64, evs []e
 			jetstream.JSErrCodeStreamWrongLastSequenceConstant, codeDuplicateInProcess) {
 			break
 		}
-		select {
-		case <-ctx.Done():
-			return last, fmt.Errorf("journal: append batch of %d events of run %s/%s: %w (after %w)", len(evs), tenant, runID, ctx.Err(), err)
-		case <-time.After(time.Duration(try) * batchBackoff):
+		if werr := pause(ctx, time.Duration(try)*batchBackoff); werr != nil {
+			return last, fmt.Errorf("journal: append batch of %d events of run %s/%s: %w (after %w)", len(evs), tenant, runID, werr, err)
 		}
 	}
 	switch {

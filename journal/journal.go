@@ -215,7 +215,7 @@ func (j *Journal) appendEach(ctx context.Context, lastStreamSeq uint64, evs []ev
 			if try >= inProcessTries || !isAPIError(err, jetstream.JSErrCodeStreamWrongLastSequenceConstant, codeDuplicateInProcess) {
 				break
 			}
-			if werr := pause(ctx, try); werr != nil {
+			if werr := pause(ctx, time.Duration(try)*time.Millisecond); werr != nil {
 				return last, fmt.Errorf("journal: append %s event %d of run %s/%s: %w (after %w)", e.Type, e.Seq, tenant, runID, werr, err)
 			}
 		}
@@ -269,9 +269,9 @@ func (j *Journal) appendEach(ctx context.Context, lastStreamSeq uint64, evs []ev
 // conflict and checked against the stream.
 const inProcessTries = 4
 
-// pause waits try milliseconds, or until ctx is done.
-func pause(ctx context.Context, try int) error {
-	t := time.NewTimer(time.Duration(try) * time.Millisecond)
+// pause waits d, or until ctx is done.
+func pause(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
