@@ -2,6 +2,7 @@ package journal
 
 import (
 	"container/list"
+	"encoding/json"
 	"slices"
 	"sync"
 
@@ -38,10 +39,30 @@ type runCache struct {
 }
 
 type cachedRun struct {
-	key  string
-	evs  []events.Event
-	last uint64 // stream seq of evs[len(evs)-1]
-	size int
+	key string
+	evs []events.Event // decoded, in run order
+	// raw holds the encodings of the events appended after evs, not yet
+	// decoded: an appended event is decoded only if the run is read from
+	// the cache (most are never read: a run a worker drives from start to
+	// finish is not), and then once.
+	raw     [][]byte
+	lastSeq uint64 // run seq of the last event, decoded or not
+	last    uint64 // stream seq of the last event
+	size    int
+}
+
+// decodeLocked decodes the pending encodings into evs. False means one
+// did not decode; the run must then be dropped.
+func (r *cachedRun) decodeLocked() bool {
+	for _, data := range r.raw {
+		var e events.Event
+		if json.Unmarshal(data, &e) != nil {
+			return false
+		}
+		r.evs = append(r.evs, e)
+	}
+	r.raw = nil
+	return true
 }
 
 func newRunCache(budget int) *runCache {
@@ -62,8 +83,12 @@ func (c *runCache) get(key string) ([]events.Event, uint64, bool) {
 	if !ok {
 		return nil, 0, false
 	}
-	c.order.MoveToFront(el)
 	r := el.Value.(*cachedRun)
+	if !r.decodeLocked() {
+		c.removeLocked(key)
+		return nil, 0, false
+	}
+	c.order.MoveToFront(el)
 	return slices.Clone(r.evs), r.last, true
 }
 
@@ -79,7 +104,7 @@ func (c *runCache) put(key string, evs []events.Event, last uint64) {
 	if len(evs) == 0 || finished(evs) {
 		return // nothing to keep, or nothing more will happen to it
 	}
-	r := &cachedRun{key: key, evs: slices.Clone(evs), last: last}
+	r := &cachedRun{key: key, evs: slices.Clone(evs), lastSeq: evs[len(evs)-1].Seq, last: last}
 	for i := range r.evs {
 		r.size += eventSize(&r.evs[i])
 	}
@@ -89,8 +114,10 @@ func (c *runCache) put(key string, evs []events.Event, last uint64) {
 // extend adds evs, just appended after stream seq base and ending at
 // stream seq last, to the cached run, if the cache held the run up to
 // base (or base is 0: a new run). Otherwise it forgets the run: the cache
-// never holds a run with a gap.
-func (c *runCache) extend(key string, base uint64, evs []events.Event, last uint64) {
+// never holds a run with a gap. encoded[i] is evs[i] as the stream stored
+// it; the cache keeps the encodings and decodes them when the run is read,
+// so a cached event is exactly what a read from the stream returns.
+func (c *runCache) extend(key string, base uint64, evs []events.Event, encoded [][]byte, last uint64) {
 	if c == nil || len(evs) == 0 {
 		return
 	}
@@ -99,21 +126,23 @@ func (c *runCache) extend(key string, base uint64, evs []events.Event, last uint
 	el, ok := c.byRun[key]
 	if !ok {
 		if base == 0 && evs[0].Seq == 1 && !finished(evs) {
-			r := &cachedRun{key: key, evs: slices.Clone(evs), last: last}
-			for i := range r.evs {
-				r.size += eventSize(&r.evs[i])
+			r := &cachedRun{key: key, raw: slices.Clone(encoded), lastSeq: evs[len(evs)-1].Seq, last: last}
+			for i := range evs {
+				r.size += eventSize(&evs[i])
 			}
 			c.insertLocked(r)
 		}
 		return
 	}
 	r := el.Value.(*cachedRun)
-	if r.last != base || r.evs[len(r.evs)-1].Seq+1 != evs[0].Seq || finished(evs) {
+	if r.last != base || r.lastSeq+1 != evs[0].Seq || finished(evs) {
 		c.removeLocked(key)
 		return
 	}
-	// get hands out copies, so appending in place is safe.
-	r.evs = append(r.evs, evs...)
+	// get hands out copies of evs, and raw is never handed out, so
+	// appending in place is safe.
+	r.raw = append(r.raw, encoded...)
+	r.lastSeq = evs[len(evs)-1].Seq
 	r.last = last
 	for i := range evs {
 		n := eventSize(&evs[i])

@@ -2,8 +2,8 @@ package journal_test
 
 import (
 	"reflect"
-	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -15,32 +15,46 @@ import (
 // countReads counts what the journal asks the server while reading: every
 // message-get request on the events stream and every consumer created on
 // it (a core subscription sees the requests as the server does).
-type readCounter struct{ gets, consumers atomic.Int64 }
+type readCounter struct{ gets, consumers *nats.Subscription }
 
 func countReads(t *testing.T, nc *nats.Conn) *readCounter {
 	t.Helper()
-	c := &readCounter{}
-	sub, err := nc.Subscribe("$JS.API.STREAM.MSG.GET."+journal.StreamEvents, func(*nats.Msg) { c.gets.Add(1) })
+	gets, err := nc.SubscribeSync("$JS.API.STREAM.MSG.GET." + journal.StreamEvents)
 	if err != nil {
 		t.Fatal(err)
 	}
-	sub2, err := nc.Subscribe("$JS.API.CONSUMER.CREATE."+journal.StreamEvents+".>", func(*nats.Msg) { c.consumers.Add(1) })
+	consumers, err := nc.SubscribeSync("$JS.API.CONSUMER.CREATE." + journal.StreamEvents + ".>")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = sub.Unsubscribe(); _ = sub2.Unsubscribe() })
-	return c
+	t.Cleanup(func() { _ = gets.Unsubscribe(); _ = consumers.Unsubscribe() })
+	return &readCounter{gets: gets, consumers: consumers}
 }
 
+// take returns the requests seen since the last take. After the flush the
+// server has sent them all, and the client queued them in the
+// subscriptions (synchronous ones: a callback could still be running).
 func (c *readCounter) take(t *testing.T, nc *nats.Conn) (gets, consumers int64) {
 	t.Helper()
-	if err := nc.Flush(); err != nil { // the counting subscription has seen everything sent before
+	if err := nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	return c.gets.Swap(0), c.consumers.Swap(0)
+	drain := func(sub *nats.Subscription) int64 {
+		n, _, err := sub.Pending()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range n {
+			if _, err := sub.NextMsg(time.Second); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return int64(n)
+	}
+	return drain(c.gets), drain(c.consumers)
 }
 
 func openJournal(t *testing.T, env *natstest.Env, opts ...journal.Option) *journal.Journal {
@@ -96,6 +110,26 @@ func TestLoadOfARunJustWrittenCostsOneRequest(t *testing.T) {
 	// cache.
 	got[0].Type, got = events.TypeFinished, append(got[:2], got[3:]...)
 	wantRun(t, j, "acme", "cached", evs, last)
+
+	// Appends after a read from the cache extend what it decoded; the
+	// next read is again one request and again equals the stream.
+	more := trail("acme", "cached", 7, 8)
+	last = mustAppend(t, j, last, more...)
+	reads.take(t, env.Conn)
+	got, _, err = j.Load(ctx, "acme", "cached")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if gets, cons := reads.take(t, env.Conn); gets != 1 || cons != 0 {
+		t.Errorf("Load after more appends: %d message-gets, %d consumers; want 1, 0", gets, cons)
+	}
+	want, _, err = cold.Load(ctx, "acme", "cached")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 8 || !reflect.DeepEqual(got, want) {
+		t.Errorf("cached Load after more appends differs from the stream:\n got %+v\nwant %+v", got, want)
+	}
 }
 
 // Another writer's events after the cached ones are read from the stream:

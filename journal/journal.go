@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -158,25 +159,19 @@ func (j *Journal) Append(ctx context.Context, lastStreamSeq uint64, evs ...event
 
 // remember brings the run cache up to date after an append of evs (stored
 // holding their encodings) after stream seq base: on success the run gains
-// evs as the stream stored them (decoded from the bytes sent, so a cached
-// event equals a read one); on failure the run is forgotten.
+// evs as the stream stored them (the bytes sent, decoded if the run is read
+// from the cache, so a cached event equals a read one); on failure the run
+// is forgotten.
 func (j *Journal) remember(base, last uint64, err error, evs []events.Event, stored [][]byte) {
 	if j.cache == nil || len(evs) == 0 {
 		return
 	}
 	key := runKey(evs[0].Tenant, evs[0].RunID)
-	if err != nil {
+	if err != nil || slices.ContainsFunc(stored, func(b []byte) bool { return b == nil }) {
 		j.cache.forget(key)
 		return
 	}
-	out := make([]events.Event, len(evs))
-	for i, data := range stored {
-		if data == nil || json.Unmarshal(data, &out[i]) != nil {
-			j.cache.forget(key)
-			return
-		}
-	}
-	j.cache.extend(key, base, out, last)
+	j.cache.extend(key, base, evs, stored, last)
 }
 
 // appendEach is Append, one publish per event; it puts each event's

@@ -57,16 +57,20 @@ func TestALeaseLongerThanTheRedeliveriesIsWaitedOut(t *testing.T) {
 func TestAStepLongerThanAckWaitIsNotRedelivered(t *testing.T) {
 	t.Parallel()
 	var calls atomic.Int32
+	m := fakeTool("slow_read", tools.Read, false)
+	m.Timeout = events.Duration(5 * time.Second)
 	b := setup(t, options{
-		tools: []tools.Manifest{fakeTool("slow_read", tools.Read, false)}, roles: writerRoles("slow_read"),
+		tools: []tools.Manifest{m}, roles: writerRoles("slow_read"),
 		builtins: tools.Builtins{"slow_read": func(ctx context.Context, c tools.Call) (any, error) {
 			calls.Add(1)
-			time.Sleep(time.Second)
+			time.Sleep(2500 * time.Millisecond)
 			return map[string]int{"n": 1}, nil
 		}},
 		agents:  map[string]config.Profile{"slow": profile("slow_read")},
 		scripts: map[string]model.Model{"slow": scripted(t, `{"tool_calls":[{"tool":"slow_read","args":{}}]}`, `{"final_answer":{"summary":"ok"}}`)},
-		layout:  journal.Layout{AckWait: 300 * time.Millisecond},
+		// A heartbeat every third of AckWait leaves 2/3 s for a stall of
+		// this process (a loaded CI machine) before the server redelivers.
+		layout:  journal.Layout{AckWait: time.Second},
 		workers: 2,
 	})
 	evs := b.waitEnd(b.submit(task("long-step-1", "slow")))

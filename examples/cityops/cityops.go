@@ -5,6 +5,7 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io/fs"
 	"strings"
 	"sync"
@@ -119,10 +120,23 @@ func Register(b tools.Builtins, opts Options) error {
 }
 
 // toolset is the state the tools share: the options, the read-only data and
-// the lock that makes a draft's check-then-write one step.
+// the locks that make a draft's check-then-write one step.
 type toolset struct {
 	opts Options
 	data *data
 
-	draftMu sync.Mutex
+	// draftLocks serialize the drafts of one operation (same file name);
+	// drafts of different operations take different locks (mostly), so one
+	// draft's fsync does not hold up the others. A single lock made every
+	// draft of a process wait for the one before it: at a few hundred
+	// drafts per second the disk's fsync latency, not loopgate, set the pace
+	// (docs/benchmarks.md).
+	draftLocks [64]sync.Mutex
+}
+
+// draftLock is the lock of the draft file name.
+func (ts *toolset) draftLock(name string) *sync.Mutex {
+	h := fnv.New32a()
+	h.Write([]byte(name))
+	return &ts.draftLocks[h.Sum32()%uint32(len(ts.draftLocks))]
 }

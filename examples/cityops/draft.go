@@ -92,8 +92,9 @@ func (ts *toolset) draftEscalation(ctx context.Context, call tools.Call) (any, e
 	content := renderDraft(c, a.Reason, call.OperationID)
 	result := draftResult{DraftPath: name, RequestID: c.RequestID, Status: "pending_approval"}
 
-	ts.draftMu.Lock()
-	defer ts.draftMu.Unlock()
+	lock := ts.draftLock(name)
+	lock.Lock()
+	defer lock.Unlock()
 	path := filepath.Join(ts.opts.Outbox, name)
 	switch have, err := os.ReadFile(path); {
 	case err == nil && bytes.Equal(have, content):

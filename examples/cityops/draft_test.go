@@ -2,12 +2,17 @@ package cityops
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
+	"time"
+
+	"github.com/loopgate/loopgate/tools"
 )
 
 const (
@@ -211,5 +216,49 @@ func TestDraftEscalationHonoursCancelledContext(t *testing.T) {
 	_, err := bu.call(ctx, t, ToolDraftEscalation, opA, `{"request_id":"SR-10421","reason":"Open 9 days, past the 5-day threshold."}`)
 	if !errors.Is(err, context.Canceled) {
 		t.Errorf("error = %v, want context.Canceled", err)
+	}
+}
+
+// A draft in progress holds up only drafts of its own operation: with the
+// lock of opA's file held (as while opA's draft is fsynced), a draft of
+// another operation is written. With one lock for all drafts this waited
+// for opA, and every draft of a process waited for the fsync before it.
+func TestDraftEscalationDoesNotWaitForOtherOperations(t *testing.T) {
+	t.Parallel()
+	d, err := loadData()
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := Options{Outbox: t.TempDir() + "/outbox"}.withDefaults()
+	ts := &toolset{opts: opts, data: d}
+	held := ts.draftLock(draftName(opA))
+	other := opB
+	for i := 0; ts.draftLock(draftName(other)) == held; i++ {
+		if i == 1000 {
+			t.Fatal("every operation's draft takes the same lock")
+		}
+		other = fmt.Sprintf("%s-%d", opB, i) // find an operation on another lock
+	}
+	held.Lock()
+	defer held.Unlock()
+
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := ts.draftEscalation(ctx, tools.Call{Tool: ToolDraftEscalation, OperationID: other, RunID: "run-1", CallID: "s1c1", Tenant: "cityops",
+			Args: json.RawMessage(`{"request_id":"SR-10421","reason":"Open 9 days, past the 5-day threshold."}`)})
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-ctx.Done():
+		t.Fatal("a draft of another operation waited for the held one")
+	}
+	if _, err := os.Stat(filepath.Join(opts.Outbox, draftName(other))); err != nil {
+		t.Errorf("draft of %s not written: %v", other, err)
 	}
 }
