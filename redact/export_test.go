@@ -10,3 +10,10 @@ func ExpressionOnly(p Pattern, s string) string {
 		return "[" + string(p) + "]"
 	})
 }
+
+// CueAllows reports whether the cues of s let p's expression run on it.
+func CueAllows(p Pattern, s string) bool {
+	var c cues
+	c.scan(s)
+	return c.allow(p, s)
+}

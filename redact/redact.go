@@ -87,55 +87,140 @@ func (r *Redactor) String(s string) (string, bool) {
 		return s, false
 	}
 	changed := false
-	var cues cues
-	cues.scan(s)
+	var c cues
+	c.scan(s)
 	for _, p := range r.patterns {
-		if !cues.allow(p, s) {
+		if !c.allow(p, s) {
 			continue
 		}
 		re := expressions[p]
 		if !re.MatchString(s) {
 			continue
 		}
+		replaced := false
 		s = re.ReplaceAllStringFunc(s, func(m string) string {
 			// A digit run is a card number only if it passes the Luhn
 			// check: ids and amounts mostly do not.
 			if p == Card && !luhn(m) {
 				return m
 			}
-			changed = true
+			replaced = true
 			return "[" + string(p) + "]"
 		})
+		if replaced {
+			// The cues read word boundaries, and a marker can make one:
+			// in "a@b.io555-0121" the digits follow a letter, in
+			// "[email]555-0121" a bracket. Read the new string afresh
+			// (rare: most strings have nothing to replace).
+			changed = true
+			c = cues{}
+			c.scan(s)
+		}
 	}
 	return s, changed
 }
 
 // cues are what a string must hold before a pattern's expression can
-// match it, counted in one pass: most strings in an event hold none (ids,
-// tool names, short text), and the expressions, run on every string of
-// every event, were a fifth of the CPU at sync=2m (docs/benchmarks.md).
-// Each cue is necessary, never sufficient; TestCuesNeverHideAMatch and
-// FuzzCuesNeverHideAMatch hold them to the expressions.
+// match it, found in one pass: most strings in an event hold none (ids,
+// tool names, timestamps, short text), and the expressions, run on every
+// string of every event, were a fifth of the CPU at sync=2m
+// (docs/benchmarks.md). Each cue is necessary, never sufficient;
+// TestCuesNeverHideAMatch and FuzzCuesNeverHideAMatch hold them to the
+// expressions.
+//
+// The digit cues are read off digit runs: maximal runs of ASCII digits,
+// which is what \d matches. \b is an ASCII word boundary, and a digit is
+// a word character, so a \d next to \b is the first (or last) digit of
+// a run whose neighbour is not a word byte (isWordByte) or is the end of
+// the string. A run "starts a word" or "ends a word" in that sense.
 type cues struct {
-	digits   int
+	// card: a chain of runs, each joined to the next by exactly one ' '
+	// or '-', holds at least 13 digits from a run that starts a word to
+	// a run that ends a word. `\b(?:\d[ \-]?){12,18}\d\b` matches 13
+	// to 19 digits with at most one ' ' or '-' between neighbours, so a
+	// match lies inside one chain; its first digit follows \b, so it
+	// begins a run that starts a word (not mid-run: a digit precedes
+	// that); its last digit precedes \b, so it ends a run that ends a
+	// word.
+	card bool
+	// ssn: a run of 3 that starts a word, '-', a run of 2, '-', a run of
+	// 4 that ends a word: `\b\d{3}-\d{2}-\d{4}\b`, where the dashes make
+	// each group a whole run.
+	ssn bool
+	// phone: a run of 3 that starts a word, one of ' ', '.', '-', then a
+	// run of 4 that ends a word. Both alternatives of the expression end
+	// so: `…[ .\-]\d{3}[ .\-]\d{4}\b` (a separator is not a word byte,
+	// so the 3 digits after it start a word whichever of `\(\d{3}\)`
+	// and `\b\d{3}` came before; the optional `\+\d{1,3}` prefix only
+	// adds to the front) and `\b\d{3}-\d{4}\b`.
+	phone    bool
 	at       bool
-	dash     bool
 	nonASCII bool
 }
 
 func (c *cues) scan(s string) {
+	var (
+		prevEnd    = -2 // where the previous run ended; -2: no run yet
+		prevHead3  bool // the previous run has 3 digits and starts a word
+		prevSSNMid bool // the previous run has 2 digits and follows a prevHead3 run and '-'
+		chain      int  // digits of the current card chain from its first run that starts a word
+	)
 	for i := 0; i < len(s); i++ {
-		switch b := s[i]; {
-		case b >= '0' && b <= '9':
-			c.digits++
-		case b == '@':
-			c.at = true
-		case b == '-':
-			c.dash = true
-		case b >= 0x80:
-			c.nonASCII = true
+		b := s[i]
+		if !isDigit(b) {
+			switch {
+			case b == '@':
+				c.at = true
+			case b >= 0x80:
+				c.nonASCII = true
+			}
+			continue
 		}
+		start := i
+		for i+1 < len(s) && isDigit(s[i+1]) {
+			i++
+		}
+		end := i + 1 // s[end], if any, is not a digit: the loop reads it next
+		n := end - start
+		startsWord := start == 0 || !isWordByte(s[start-1])
+		endsWord := end == len(s) || !isWordByte(s[end])
+		var sep byte // the one byte between this run and the previous, if one
+		if start == prevEnd+1 {
+			sep = s[start-1]
+		}
+
+		switch {
+		case sep == ' ' || sep == '-':
+			chain += n // a run after a separator starts a word
+		case startsWord:
+			chain = n
+		default:
+			chain = 0
+		}
+		if endsWord && chain >= 13 {
+			c.card = true
+		}
+		if n == 4 && endsWord {
+			if prevHead3 && (sep == ' ' || sep == '.' || sep == '-') {
+				c.phone = true
+			}
+			if prevSSNMid && sep == '-' {
+				c.ssn = true
+			}
+		}
+		prevSSNMid = n == 2 && sep == '-' && prevHead3
+		prevHead3 = n == 3 && startsWord
+		prevEnd = end
 	}
+}
+
+func isDigit(b byte) bool { return '0' <= b && b <= '9' }
+
+// isWordByte reports whether b is a word character for \b: ASCII letters,
+// digits and '_'. A byte of a multi-byte (or invalid) UTF-8 sequence is
+// not: such runes are never word characters for \b.
+func isWordByte(b byte) bool {
+	return isDigit(b) || 'a' <= b && b <= 'z' || 'A' <= b && b <= 'Z' || b == '_'
 }
 
 // bearerWords are the words one of which every match of the Bearer
@@ -148,11 +233,11 @@ func (c *cues) allow(p Pattern, s string) bool {
 	case Email:
 		return c.at
 	case Card:
-		return c.digits >= 13
+		return c.card
 	case SSN:
-		return c.digits >= 9 && c.dash
+		return c.ssn
 	case Phone:
-		return c.digits >= 7
+		return c.phone
 	case Bearer:
 		if c.nonASCII {
 			return true // (?i) folds some non-ASCII letters onto ASCII ones (ſ, K)

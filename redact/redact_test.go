@@ -88,6 +88,56 @@ var cueCorpus = []string{
 	"Bearer abcdefgh12345", "BEARER   zzzzzzzzzz==", "sk-abcdefghijklmn", "SK_ABCDEFGHIJKLMN", "ghp_abcdefghijklmnop",
 	"xoxb-1234567890ab", "password=hunter2", "PassWord : x", "pwd=1", "token: abc", "Secret=abc", "api-key=abc",
 	"API_KEY=abc", "apikey: z", "ſk-abcdefghijklmn", "\u212a", "sK-abcdefghijklmn", "my bearer is late",
+	// Phone: the least that matches each alternative, then near misses.
+	"555-0121", "call 555-0121.", "tel:555-0121", "555-012-3456", "555.012.3456", "555 012 3456",
+	"(555)012-3456", "(555) 012-3456", "(555)-012-3456", "(555).012.3456", "+1 555-012-3456", "+1555.012.3456",
+	"+1-555 012 3456", "é555-0121é", "\xff555-0121\xff", "555 0121", "555.0121", "x555-0121", "555-0121x",
+	"_555-0121", "555-0121_", "5555-0121", "555-01210", "55-0121", "555-012", "555--0121", "555_0121",
+	"555,0121", "555/0121", "(555)012 3456", "(55) 012-3456", "555-012-345", "555 012 34567",
+	// SSN.
+	"123-45-6789", "ssn:123-45-6789;", "é123-45-6789\xff", "a123-45-6789", "123-45-6789a", "_123-45-6789",
+	"1234-45-6789", "123-456-6789", "123-45-67890", "123 45 6789", "123-4-56789", "123-45--6789", "x-123-45-6789-x",
+	// Card: 13 digits, the least the expression takes, in every spacing.
+	"4222222222222", "4222 2222 2222 2", "4-2-2-2-2-2-2-2-2-2-2-2-2", "4 2 2 2 2 2 2 2 2 2 2 2 2", "422222222222",
+	"x4222222222222", "4222222222222x", "_4222222222222", "4222222222222_", "é4222222222222é", "\xff4222222222222",
+	"4111111111111111", "x4111 1111 1111 1111", "4111 1111 1111 1111x", "x4111 1111 1111 1111 1", "4111  1111 1111 1111",
+	"4111 -1111 1111 1111", "4111 1111 1111 1111 1111 1111", "41111111111111111111", "4111.1111.1111.1111",
+	"a-4111-1111-1111-1111-b", "4111 1111 1111 1111 555-0121 123-45-6789", "12345678-1234-5123-8123-123456789012",
+	// Everyday strings with digits and dashes.
+	"2026-11-30T06:30:02Z", "2026-11-30T06:30:02.123456789Z", "2026-11-02", "CMP-2026-000123", "SR-10421", "1763876543",
+	"1763876543123", "2026-11-30 06:30:02", "09:00-10:00", "1,234,567.89",
+	// A marker can make a word boundary a later expression needs.
+	"a@b.io555-0121", "a@b.io123-45-6789", "a@b.io4111111111111111", "x@y.IO555 012 3456", "token=x 555-0121",
+	"Bearer abcdefgh==555-0121", "4111111111111111-555-0121",
+}
+
+// everyday are strings an event carries that are not sensitive but have
+// digits and dashes enough for the old digit-count cues.
+var everyday = []string{
+	"2026-11-30T06:30:02Z", "2026-11-30T06:30:02.123456789Z", "2026-11-02", "2026-11-30 06:30:02", "CMP-2026-000123",
+	"SR-10421", "1763876543", "12345678", "v1.26.8", "09:00-10:00", "1,234,567.89", "INV-2026-0042-17",
+	// Ids whose digits touch letters or '_': no \b there.
+	"SR123-4567", "rel-123-4567b", "build_123-4567", "A123-45-6789", "CASE-123-45-6789X", "case_123-45-6789",
+	"0x4111111111111111ff", "deadbeef1234567890123cafe", "trace_4111111111111111", "4111111111111111ms",
+	"Noise complaint filed 2026-10-28 at 23:40, follow-up scheduled for 2026-11-04 09:00-10:00.",
+	"Resident reports the streetlight on Elm St has been out since 2026-11-02; second report this month.",
+	// Near misses at the cues' edges.
+	"123.45-6789", "123-45.6789", "123-45 6789", "555-012", "4111 1111 1111", "4111  1111 1111 1111",
+}
+
+// TestCuesSkipEverydayDigits: the digit cues are sharp enough that dates,
+// timestamps, ids and counts do not run the card, SSN and phone
+// expressions (and, checkCues says, rightly so).
+func TestCuesSkipEverydayDigits(t *testing.T) {
+	t.Parallel()
+	for _, s := range everyday {
+		checkCues(t, s)
+		for _, p := range []redact.Pattern{redact.Card, redact.SSN, redact.Phone} {
+			if redact.CueAllows(p, s) {
+				t.Errorf("the %s cue lets %q through", p, s)
+			}
+		}
+	}
 }
 
 // TestCuesNeverHideAMatch: every pattern redacts exactly what its
@@ -106,11 +156,18 @@ func FuzzCuesNeverHideAMatch(f *testing.F) {
 }
 
 func checkCues(t *testing.T, s string) {
+	want := s
 	for _, p := range redact.AllPatterns {
 		r := redact.New([]string{}, []redact.Pattern{p})
 		got, _ := r.String(s)
 		if want := redact.ExpressionOnly(p, s); got != want {
 			t.Fatalf("pattern %s on %q: %q, the expression alone gives %q", p, s, got, want)
 		}
+		want = redact.ExpressionOnly(p, want)
+	}
+	// All patterns at once: each expression runs on what the ones before
+	// it left, and a marker can change what a later cue sees.
+	if got, _ := redact.New([]string{}, nil).String(s); got != want {
+		t.Fatalf("all patterns on %q: %q, the expressions alone give %q", s, got, want)
 	}
 }

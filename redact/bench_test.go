@@ -1,0 +1,41 @@
+package redact_test
+
+import (
+	"testing"
+
+	"github.com/loopgate/loopgate/redact"
+)
+
+// eventStrings are the kind of strings an event carries: timestamps,
+// dates, ids, tool names, counts, short text, and now and then a phone
+// number or an e-mail address.
+var eventStrings = []string{
+	"2026-11-30T06:30:02Z",
+	"2026-11-30T06:30:02.123456789Z",
+	"2026-11-02",
+	"CMP-2026-000123",
+	"SR-10421",
+	"case_lookup",
+	"complaints.search",
+	"ok",
+	"1432",
+	"1763876543",
+	"open",
+	"Resident reports the streetlight on Elm St has been out since 2026-11-02; second report this month.",
+	"Noise complaint filed 2026-10-28 at 23:40, follow-up scheduled for 2026-11-04 09:00-10:00.",
+	"Please call me back at (415) 555-2671 after 5pm.",
+	"Contact: helena.v@example.org",
+	"Closed as duplicate of CMP-2026-000118.",
+	"12345678-1234-5123-8123-123456789012",
+	"Updated 3 records in 0.42s",
+}
+
+func BenchmarkString(b *testing.B) {
+	r := redact.New(nil, nil)
+	b.ReportAllocs()
+	for b.Loop() {
+		for _, s := range eventStrings {
+			r.String(s)
+		}
+	}
+}
