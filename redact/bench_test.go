@@ -39,3 +39,21 @@ func BenchmarkString(b *testing.B) {
 		}
 	}
 }
+
+// eventDocs are event data as JSON redacts them: a proposed decision, a
+// tool result, an observation's envelope; nothing in them to redact.
+var eventDocs = [][]byte{
+	[]byte(`{"decision":{"tool_calls":[{"call_id":"s3c1","tool":"draft_escalation","args":{"request_id":"SR-10421","reason":"Open 9 days, past the 5-day threshold."}}]},"model":"scripted","usage":{"input_tokens":812,"output_tokens":64}}`),
+	[]byte(`{"status":"ok","result":{"complaints":[{"request_id":"SR-10421","category":"sanitation","opened":"2026-11-02","days_open":9,"address":"14 Elm St","summary":"Household trash not collected for two consecutive weeks"},{"request_id":"SR-10423","category":"sanitation","opened":"2026-11-05","days_open":6,"address":"2 Birch Ave","summary":"Overflowing public bin at the bus stop"}]},"duration_ms":3,"attempt":1}`),
+	[]byte(`{"args_hash":"3f2a9c","canonical_args":{"request_id":"SR-10421"},"operation_id":"0b9d2f57-7d1e-5c1a-9f0e-3c1f4a2b6e01","deadline":"2026-11-30T06:30:32Z"}`),
+}
+
+func BenchmarkJSON(b *testing.B) {
+	r := redact.New(nil, nil)
+	b.ReportAllocs()
+	for b.Loop() {
+		for _, d := range eventDocs {
+			r.JSON(d)
+		}
+	}
+}

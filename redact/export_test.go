@@ -17,3 +17,10 @@ func CueAllows(p Pattern, s string) bool {
 	c.scan(s)
 	return c.allow(p, s)
 }
+
+// Quiet is the fast path of JSON: true when it returns raw unchanged
+// without decoding it.
+func (r *Redactor) Quiet(raw []byte) bool { return r.quiet(raw) }
+
+// Rewrite is JSON without the fast path: the reference Quiet is held to.
+func (r *Redactor) Rewrite(raw []byte) ([]byte, bool) { return r.rewrite(raw) }

@@ -10,9 +10,12 @@ package redact
 import (
 	"bytes"
 	"encoding/json"
+	"io"
 	"regexp"
 	"slices"
 	"strings"
+
+	"github.com/go-json-experiment/json/jsontext"
 )
 
 // Marker replaces a value under a sensitive key.
@@ -289,6 +292,67 @@ func (r *Redactor) JSON(raw []byte) ([]byte, bool) {
 	if r == nil || len(raw) == 0 {
 		return raw, false
 	}
+	if r.quiet(raw) {
+		return raw, false
+	}
+	return r.rewrite(raw)
+}
+
+// quiet reports whether JSON would return raw unchanged, reading it once
+// as a stream of tokens without building it. Most documents (every event's
+// data passes through JSON) hold nothing to redact, and decoding them into
+// maps to find that out, then dropping the maps, was most of the cost of
+// redaction. False means "maybe not": rewrite decides. It is true only for
+// one strict JSON value (valid UTF-8, no duplicate names); anything else
+// goes the long way, which has the last word on odd input.
+func (r *Redactor) quiet(raw []byte) bool {
+	dec := jsontext.NewDecoder(bytes.NewReader(raw))
+	sensitive, idName := false, false // about the name the next value is under
+	values := 0                       // top-level values read
+	for {
+		depth := dec.StackDepth()
+		if depth == 0 && values == 1 {
+			_, err := dec.ReadToken()
+			return err == io.EOF // one value, then nothing
+		}
+		kind, n := dec.StackIndex(depth)
+		inObject := kind == '{'
+		tok, err := dec.ReadToken()
+		if err != nil {
+			return false
+		}
+		if depth == 0 {
+			values++
+		}
+		k := tok.Kind()
+		switch {
+		case k == '}' || k == ']':
+			continue
+		case inObject && n%2 == 0: // a name
+			name := tok.String()
+			sensitive, idName = r.keys[strings.ToLower(name)], idKey(name)
+			continue
+		case inObject && sensitive:
+			// rewrite replaces the value by Marker unless it is null or
+			// Marker already.
+			if k != 'n' && (k != '"' || tok.String() != Marker) {
+				return false
+			}
+			continue
+		case k != '"':
+			continue
+		case inObject && idName:
+			continue // an identifier: never scanned (see idKey)
+		}
+		if _, changed := r.String(tok.String()); changed {
+			return false
+		}
+	}
+}
+
+// rewrite is JSON the long way: decode, redact in place, encode if
+// anything changed.
+func (r *Redactor) rewrite(raw []byte) ([]byte, bool) {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
 	var v any

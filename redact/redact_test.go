@@ -1,6 +1,7 @@
 package redact_test
 
 import (
+	"bytes"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -169,5 +170,63 @@ func checkCues(t *testing.T, s string) {
 	// it left, and a marker can change what a later cue sees.
 	if got, _ := redact.New([]string{}, nil).String(s); got != want {
 		t.Fatalf("all patterns on %q: %q, the expressions alone give %q", s, got, want)
+	}
+}
+
+// quietCorpus: documents JSON returns unchanged (want true) and ones it
+// must rewrite or read the long way (want false).
+var quietCorpus = []struct {
+	doc   string
+	quiet bool
+}{
+	{`{"run_id":"0b9d2f57-7d1e-5c1a-9f0e-3c1f4a2b6e01","step":3,"time":"2026-11-30T06:30:02Z","ok":true,"n":null}`, true},
+	{`{"complaints":[{"request_id":"SR-10421","opened":"2026-11-02","days_open":9,"summary":"Household trash not collected for two consecutive weeks"}]}`, true},
+	{`{"args":{"request_id":"SR-10421","reason":"Open 9 days, past the 5-day threshold."},"args_hash":"3f2a"}`, true},
+	{`[1,2.5e3,"text",[],{}]`, true},
+	{`"plain"`, true},
+	{`{"password":null,"token":"[redacted]"}`, true},
+	{`{"caller_id":"555-0121"}`, true},    // an id: never scanned
+	{`{"caller_id":["555-0121"]}`, false}, // ... but a list under it is
+	{`{"note":"call 555-0121"}`, false},   // a pattern
+	{`{"a":{"b":["x@y.io"]}}`, false},     // deep
+	{`{"password":"hunter2"}`, false},     // a sensitive key
+	{`{"Password":{"x":1}}`, false},       // any value but null or Marker
+	{`{"token":[]}`, false},               //
+	{`{"a":"x"} {"b":"y"}`, false},        // two values: the long way decides
+	{`{"a":"x","a":"y"}`, false},          // duplicate names
+	{"{\"a\":\"\xff\"}", false},           // invalid UTF-8
+	{`{"a":`, false},                      // not JSON
+	{`   `, false},                        //
+	{`{"m":"x\u0040y.io"}`, false},        // escapes are read as decoded
+	{`{"s":"contact: ssn 123-45-6789, card 4111 1111 1111 1111"}`, false},
+}
+
+// Quiet says "unchanged" exactly for what the long way leaves alone, and
+// for the everyday documents of a run (or it would save nothing).
+func TestQuietIsTheLongWayWithoutTheWork(t *testing.T) {
+	r := redact.New(nil, nil)
+	for _, c := range quietCorpus {
+		if got := r.Quiet([]byte(c.doc)); got != c.quiet {
+			t.Errorf("Quiet(%s) = %v, want %v", c.doc, got, c.quiet)
+		}
+		checkQuiet(t, r, []byte(c.doc))
+	}
+}
+
+func FuzzQuietIsExact(f *testing.F) {
+	for _, c := range quietCorpus {
+		f.Add([]byte(c.doc))
+	}
+	r := redact.New(nil, nil)
+	f.Fuzz(func(t *testing.T, raw []byte) { checkQuiet(t, r, raw) })
+}
+
+func checkQuiet(t *testing.T, r *redact.Redactor, raw []byte) {
+	t.Helper()
+	if !r.Quiet(raw) {
+		return
+	}
+	if out, changed := r.Rewrite(raw); changed || !bytes.Equal(out, raw) {
+		t.Fatalf("Quiet(%q) but the long way gives %q (changed %v)", raw, out, changed)
 	}
 }
