@@ -5,6 +5,7 @@ FUZZTIME  ?= 30s
 # Each fuzz target runs briefly in `make test` and for FUZZTIME in `make fuzz`.
 FUZZ_TARGETS = \
 	./events:FuzzParseWorkSubject \
+	./guard:FuzzCuesNeverHideAFlag \
 	./tools:FuzzCanonical \
 	./tools:FuzzBound \
 	./tools:FuzzValidate \
@@ -12,7 +13,8 @@ FUZZ_TARGETS = \
 	./worker:FuzzParseDecision \
 	./worker:FuzzParseApproval \
 	./redact:FuzzJSONStaysValid \
-	./redact:FuzzCuesNeverHideAMatch
+	./redact:FuzzCuesNeverHideAMatch \
+	./redact:FuzzQuietIsExact
 
 .PHONY: help build test lint vet fmt-check unit compose-check fuzz-smoke fuzz bench soak demo clean
 

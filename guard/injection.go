@@ -7,7 +7,9 @@
 package guard
 
 import (
+	"bytes"
 	"encoding/json"
+	"io"
 	"regexp"
 	"slices"
 	"strings"
@@ -26,55 +28,234 @@ const (
 	ToolCall Flag = "tool_call_shape"
 )
 
-var detectors = []struct {
+// A detector raises flag when re matches. Almost no tool output holds
+// anything re could match, so re runs only where its cues hold: cheap
+// conditions read off the expression, each necessary for a match, never
+// sufficient. TestCuesNeverHideAFlag and FuzzCuesNeverHideAFlag hold them
+// to that: with or without cues, the flags are the same.
+//
+// Cues are given the input after fold and look for lower-case ASCII
+// literals: wherever re matches a literal, (?i) and all, fold has left
+// that literal in lower case.
+type detector struct {
 	flag Flag
 	re   *regexp.Regexp
-}{
-	{Override, regexp.MustCompile(`(?i)\b(ignore|disregard|forget|override)\b[^.\n]{0,40}\b(previous|prior|above|earlier|all|your|the)\b[^.\n]{0,20}\b(instructions?|prompts?|rules|directions)\b`)},
-	{Override, regexp.MustCompile(`(?i)\byou are now\b|\bnew instructions?\s*:|\bsystem prompt\b`)},
-	{RoleMarker, regexp.MustCompile(`(?i)<\|?(im_start|im_end|system|assistant|user)\|?>|(^|\n)\s*(system|assistant|developer)\s*:|\[/?INST\]|###\s*(instruction|system)`)},
-	{ToolCall, regexp.MustCompile(`(?i)"(tool_calls|final_answer|function_call)"\s*:|"tool"\s*:\s*"[a-z_]+"\s*,\s*"(args|arguments)"`)},
+	// cue is necessary for re to match a text; it is given fold(text).
+	cue func(folded string) bool
+	// rawCue is necessary for re to match whatever text InspectJSON builds
+	// from a raw document: raw itself, when it is not JSON, so rawCue must
+	// follow from cue; or the document's decoded strings joined by
+	// newlines, in any order. It is given fold(raw), and only when raw has
+	// no \u escape (see InspectJSON). So it looks only for literals that
+	// lie within one decoded string — no newline, no \s* that could run on
+	// into the next string — and that a decoded string holds only if its
+	// raw spelling does: no '"', '\\', '/' or control characters, which
+	// JSON may also spell \" \\ \/ \n ... (letters, digits, ' ', '_',
+	// '<', '|', '[', ']', '#', ':' are spelled only as themselves or \uXXXX).
+	rawCue func(folded string) bool
+}
+
+var detectors = []detector{{
+	flag: Override,
+	re:   regexp.MustCompile(`(?i)\b(ignore|disregard|forget|override)\b[^.\n]{0,40}\b(previous|prior|above|earlier|all|your|the)\b[^.\n]{0,20}\b(instructions?|prompts?|rules|directions)\b`),
+	// A match holds one of the four verbs and one of the four nouns
+	// (instructions? and prompts? hold their stems). [^.\n] keeps a match
+	// on one line, so within one decoded string: fit for raw documents.
+	cue:    overrideCue,
+	rawCue: overrideCue,
+}, {
+	flag: Override,
+	re:   regexp.MustCompile(`(?i)\byou are now\b|\bnew instructions?\s*:|\bsystem prompt\b`),
+	// Each alternative holds its phrase (with literal spaces; "new
+	// instructions?" holds "new instruction"). No newline, no quote: fit
+	// for raw documents.
+	cue:    phraseCue,
+	rawCue: phraseCue,
+}, {
+	flag: RoleMarker,
+	re:   regexp.MustCompile(`(?i)<\|?(im_start|im_end|system|assistant|user)\|?>|(^|\n)\s*(system|assistant|developer)\s*:|\[/?INST\]|###\s*(instruction|system)`),
+	// One cue for each alternative, read straight off it (the first
+	// dropping the closing \|?>, the second the line start).
+	cue: func(f string) bool {
+		return chatTag(f) || // <\|?(im_start|im_end|system|assistant|user)
+			// (^|\n)\s*(system|assistant|developer)\s*:
+			spaceThen(f, "system", ":") || spaceThen(f, "assistant", ":") || spaceThen(f, "developer", ":") ||
+			containsAny(f, "[inst]", "[/inst]") || // \[/?INST\]
+			// ###\s*(instruction|system)
+			spaceThen(f, "###", "instruction") || spaceThen(f, "###", "system")
+	},
+	// In a decoded document \s* may run on from one string into the next
+	// (["system", ":"] reads "system\n:\n"), and '/' may be spelled \/:
+	// keep what must lie within one string, and no '/'.
+	rawCue: func(f string) bool {
+		return chatTag(f) ||
+			containsAny(f, "system", "assistant", "developer") ||
+			strings.Contains(f, "inst]") ||
+			strings.Contains(f, "###")
+	},
+}, {
+	flag: ToolCall,
+	re:   regexp.MustCompile(`(?i)"(tool_calls|final_answer|function_call)"\s*:|"tool"\s*:\s*"[a-z_]+"\s*,\s*"(args|arguments)"`),
+	// The first alternative is a quoted name and a colon; the second
+	// begins with "tool" and a colon and ends with a quoted "args" or
+	// "arguments".
+	cue: func(f string) bool {
+		return spaceThen(f, `"tool_calls"`, ":") || spaceThen(f, `"final_answer"`, ":") || spaceThen(f, `"function_call"`, ":") ||
+			spaceThen(f, `"tool"`, ":") && containsAny(f, `"args"`, `"arguments"`)
+	},
+	// In a raw document a '"' inside a string is spelled \", and \s*:
+	// may lie in the next string: keep the bare names.
+	rawCue: func(f string) bool {
+		return containsAny(f, "tool_calls", "final_answer", "function_call") ||
+			strings.Contains(f, "tool") && containsAny(f, "args", "arguments")
+	},
+}}
+
+func overrideCue(f string) bool {
+	return containsAny(f, "ignore", "disregard", "forget", "override") &&
+		containsAny(f, "instruction", "prompt", "rules", "directions")
+}
+
+func phraseCue(f string) bool {
+	return containsAny(f, "you are now", "new instruction", "system prompt")
 }
 
 // InspectJSON returns the flags raised by any string in a JSON document
 // (keys and values, decoded as the model would read them). A document that
 // is not JSON is inspected as text.
 func InspectJSON(raw []byte) []Flag {
-	var v any
-	if err := json.Unmarshal(raw, &v); err != nil {
+	if !rawMayFlag(raw) {
+		return nil
+	}
+	text, ok := jsonText(raw)
+	if !ok {
 		return Inspect(string(raw))
 	}
+	return Inspect(text)
+}
+
+// jsonText joins the names and strings of a JSON document, decoded, one
+// per line, in the order the document holds them: the order a model reads
+// them in, and the same on every call. (Walking a decoded map instead gave
+// its random order, and an expression can span two strings: a document
+// could be flagged on one call and not on the next.) False when raw is
+// not one JSON value.
+func jsonText(raw []byte) (string, bool) {
+	if !json.Valid(raw) {
+		return "", false
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
 	var b strings.Builder
-	var walk func(any)
-	walk = func(v any) {
-		switch x := v.(type) {
-		case string:
-			b.WriteString(x)
+	for {
+		tok, err := dec.Token()
+		if err == io.EOF {
+			return b.String(), true
+		}
+		if err != nil {
+			return "", false
+		}
+		if s, ok := tok.(string); ok {
+			b.WriteString(s)
 			b.WriteByte('\n')
-		case []any:
-			for _, e := range x {
-				walk(e)
-			}
-		case map[string]any:
-			for k, e := range x {
-				b.WriteString(k)
-				b.WriteByte('\n')
-				walk(e)
-			}
 		}
 	}
-	walk(v)
-	return Inspect(b.String())
+}
+
+// rawMayFlag reports whether InspectJSON must decode raw: false when no
+// text it could build from raw can raise a flag. Most documents can be
+// passed without decoding them: decoding only replaces escapes, and of the
+// escapes only \uXXXX can spell a letter (or '<', '|', '#', ...). Without
+// one, each literal a rawCue looks for is in raw wherever it is in a
+// decoded string (see detector). A \u that is really an escaped backslash
+// and a 'u' only costs a decode.
+func rawMayFlag(raw []byte) bool {
+	if bytes.Contains(raw, []byte(`\u`)) {
+		return true
+	}
+	folded := fold(raw)
+	return slices.ContainsFunc(detectors, func(d detector) bool { return d.rawCue(folded) })
 }
 
 // Inspect returns the flags raised by text, sorted and without repeats.
 func Inspect(text string) []Flag {
 	var flags []Flag
+	folded := fold(text)
 	for _, d := range detectors {
-		if !slices.Contains(flags, d.flag) && d.re.MatchString(text) {
+		if !slices.Contains(flags, d.flag) && d.cue(folded) && d.re.MatchString(text) {
 			flags = append(flags, d.flag)
 		}
 	}
 	slices.Sort(flags)
 	return flags
+}
+
+// fold returns s with what (?i) matches to an ASCII letter replaced by
+// that letter in lower case: A-Z, and the two non-ASCII runes whose case
+// folds onto an ASCII letter, ſ (U+017F, like s) and K (U+212A Kelvin, like
+// k). Every other byte is kept, so a non-ASCII byte never looks like part
+// of an ASCII literal. TestFoldMatchesCaseFolding checks the pair against
+// all of Unicode.
+func fold[T string | []byte](s T) string {
+	const longS, kelvin = "\u017f", "\u212a"
+	var b strings.Builder
+	b.Grow(len(s))
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case 'A' <= c && c <= 'Z':
+			c += 'a' - 'A'
+		case c < 0x80:
+		case hasAt(s, i, longS):
+			c, i = 's', i+len(longS)-1
+		case hasAt(s, i, kelvin):
+			c, i = 'k', i+len(kelvin)-1
+		}
+		b.WriteByte(c)
+	}
+	return b.String()
+}
+
+// hasAt reports whether s holds lit at i.
+func hasAt[T string | []byte](s T, i int, lit string) bool {
+	return len(s)-i >= len(lit) && string(s[i:i+len(lit)]) == lit
+}
+
+// chatTag reports whether s holds '<', maybe '|', and a chat role:
+// <\|?(im_start|im_end|system|assistant|user).
+func chatTag(s string) bool {
+	for {
+		i := strings.IndexByte(s, '<')
+		if i < 0 {
+			return false
+		}
+		s = s[i+1:]
+		tag := strings.TrimPrefix(s, "|")
+		if slices.ContainsFunc([]string{"im_start", "im_end", "system", "assistant", "user"}, func(role string) bool { return strings.HasPrefix(tag, role) }) {
+			return true
+		}
+	}
+}
+
+// containsAny reports whether s contains any of subs.
+func containsAny(s string, subs ...string) bool {
+	return slices.ContainsFunc(subs, func(sub string) bool { return strings.Contains(s, sub) })
+}
+
+// reSpace is what \s matches in RE2 syntax: ASCII only, even under (?i).
+const reSpace = "\t\n\f\r "
+
+// spaceThen reports whether s contains word followed by any run of \s
+// characters and then next: a necessary condition for word\s*next.
+func spaceThen(s, word, next string) bool {
+	for {
+		i := strings.Index(s, word)
+		if i < 0 {
+			return false
+		}
+		if strings.HasPrefix(strings.TrimLeft(s[i+len(word):], reSpace), next) {
+			return true
+		}
+		s = s[i+1:] // occurrences may overlap ("####")
+	}
 }
