@@ -5,6 +5,7 @@ FUZZTIME  ?= 30s
 # Each fuzz target runs briefly in `make test` and for FUZZTIME in `make fuzz`.
 FUZZ_TARGETS = \
 	./events:FuzzParseWorkSubject \
+	./events:FuzzDecodeAgreesWithEncodingJSON \
 	./guard:FuzzCuesNeverHideAFlag \
 	./tools:FuzzCanonical \
 	./tools:FuzzBound \

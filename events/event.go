@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"time"
+
+	jsonv1 "github.com/go-json-experiment/json/v1"
 )
 
 // Type names a transition of the run state machine. The set is part of the
@@ -55,8 +57,13 @@ type Event struct {
 }
 
 // Decode unmarshals the event's payload into v.
+//
+// It decodes with go-json-experiment's v1 package: encoding/json's API and
+// semantics on the JSON v2 implementation (what encoding/json becomes with
+// GOEXPERIMENT=jsonv2), about twice as fast here. Every read of a run folds
+// all its events, so this is on the hot path of every resume.
 func (e *Event) Decode(v any) error {
-	if err := json.Unmarshal(e.Data, v); err != nil {
+	if err := jsonv1.Unmarshal(e.Data, v); err != nil {
 		return fmt.Errorf("decode %s event %d of run %s: %w", e.Type, e.Seq, e.RunID, err)
 	}
 	return nil

@@ -2,9 +2,10 @@ package journal
 
 import (
 	"container/list"
-	"encoding/json"
 	"slices"
 	"sync"
+
+	jsonv1 "github.com/go-json-experiment/json/v1"
 
 	"github.com/loopgate/loopgate/events"
 )
@@ -56,7 +57,7 @@ type cachedRun struct {
 func (r *cachedRun) decodeLocked() bool {
 	for _, data := range r.raw {
 		var e events.Event
-		if json.Unmarshal(data, &e) != nil {
+		if jsonv1.Unmarshal(data, &e) != nil { // as decode does
 			return false
 		}
 		r.evs = append(r.evs, e)

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	jsonv1 "github.com/go-json-experiment/json/v1"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -544,9 +545,12 @@ func (j *Journal) drop(ctx context.Context, cons jetstream.Consumer) {
 	_ = j.events.DeleteConsumer(ctx, info.Name) // best effort: the threshold reaps it otherwise
 }
 
+// decode reads an event's envelope. Like events.Event.Decode it uses
+// encoding/json's semantics on the JSON v2 implementation (go-json-experiment's
+// v1 package), about twice as fast: every event read is decoded here.
 func decode(subject string, streamSeq uint64, data []byte) (events.Event, error) {
 	var e events.Event
-	if err := json.Unmarshal(data, &e); err != nil {
+	if err := jsonv1.Unmarshal(data, &e); err != nil {
 		return events.Event{}, &DecodeError{StreamSeq: streamSeq, Subject: subject, Err: err}
 	}
 	if e.Subject() != subject {

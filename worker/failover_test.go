@@ -38,7 +38,12 @@ func TestAWriteOutcomeIsRecordedThroughAFailover(t *testing.T) {
 		}()
 		return map[string]string{"ticket": "T-" + c.OperationID[:8]}, nil
 	})
-	m.Timeout = events.Duration(8 * time.Second) // the lease, should the executed event wait for the cluster too
+	// The lease (timeout + 2 s grace) must outlast the outage: 6 s down,
+	// then elections (4-9 s, longer on a loaded machine). A lease that ends
+	// first hands the call to the other worker, which finds the operation
+	// in flight and rightly parks the run for a human (seen in CI with an
+	// 8 s timeout).
+	m.Timeout = events.Duration(25 * time.Second)
 	b = setup(t, options{
 		cluster: true,
 		tools:   []tools.Manifest{m}, builtins: fns, roles: writerRoles("create_ticket"),
