@@ -2,7 +2,6 @@ package events
 
 import (
 	"fmt"
-	"regexp"
 	"strings"
 )
 
@@ -14,12 +13,22 @@ const (
 	ApprovalsPrefix = "loopgate.approvals"
 )
 
-// tokenPattern is what a tenant, run id or call id must look like to be one
-// subject token: no dots, wildcards or whitespace.
-var tokenPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
-
-// ValidToken reports whether s can stand as one subject token.
-func ValidToken(s string) bool { return tokenPattern.MatchString(s) }
+// ValidToken reports whether s can stand as one subject token: 1 to 64 of
+// [A-Za-z0-9_-] (no dots, wildcards or whitespace). It is checked for every
+// event appended, hence a loop rather than a regular expression.
+func ValidToken(s string) bool {
+	if len(s) == 0 || len(s) > 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', c == '_', c == '-':
+		default:
+			return false
+		}
+	}
+	return true
+}
 
 // TaskSubject is where upstream systems publish a tenant's tasks.
 func TaskSubject(tenant string) string { return TasksPrefix + "." + tenant }
