@@ -14,7 +14,8 @@ import (
 func forEachSyncR3(b *testing.B, fn func(b *testing.B, j *journal.Journal)) {
 	for _, s := range syncSettings {
 		b.Run("sync="+s, func(b *testing.B) {
-			fn(b, startCluster(b, s))
+			_, j := startCluster(b, s)
+			fn(b, j)
 		})
 	}
 }
@@ -23,10 +24,10 @@ func forEachSyncR3(b *testing.B, fn func(b *testing.B, j *journal.Journal)) {
 // over loopback routes, each with its own file store (all on the one disk
 // of this machine) and the given fsync setting (natstest.StartClusterWith),
 // with loopgate's layout at 3 replicas and the production AckWait, and
-// returns a journal on an in-process connection to the first. It is a
+// returns it and a journal on an in-process connection to the first. It is a
 // stand-in for a real cluster: no network latency, but three servers'
 // fsyncs on one disk and three servers on this machine's CPUs.
-func startCluster(b *testing.B, syncInterval string) *journal.Journal {
+func startCluster(b *testing.B, syncInterval string) (*natstest.Cluster, *journal.Journal) {
 	b.Helper()
 	c := natstest.StartClusterWith(b, natstest.ClusterOptions{SyncInterval: syncInterval, Layout: journal.Layout{AckWait: 30 * time.Second}})
 	ctx := b.Context()
@@ -49,5 +50,5 @@ func startCluster(b *testing.B, syncInterval string) *journal.Journal {
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
-	return j
+	return c, j
 }
