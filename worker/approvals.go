@@ -28,11 +28,15 @@ const maxApprovalBytes = 16 << 10
 // on at once. A decision is a few sequential KV and stream round trips; one
 // at a time, a process decided about 12-15 a second on a cluster, and a
 // burst of questions queued behind each other for seconds (make soak).
+//
+// Each lane queues up to laneQueue messages, so a slow decision holds up
+// the decisions queued behind it in its lane, not the dispatcher: handing a
+// message to a busy lane that takes one at a time stopped every lane.
 func (p *Pool) consumeApprovals(ctx context.Context, iter jetstream.MessagesContext, lanes int) {
 	queues := make([]chan jetstream.Msg, lanes)
 	var wg sync.WaitGroup
 	for i := range queues {
-		queues[i] = make(chan jetstream.Msg)
+		queues[i] = make(chan jetstream.Msg, laneQueue)
 		wg.Go(func() {
 			for msg := range queues[i] {
 				p.handleApproval(ctx, msg)
@@ -57,6 +61,11 @@ func (p *Pool) consumeApprovals(ctx context.Context, iter jetstream.MessagesCont
 		queues[laneOf(msg.Subject(), lanes)] <- msg
 	}
 }
+
+// laneQueue is how many approval messages a lane holds waiting. They are
+// delivered and not yet acknowledged, so it stays small against AckWait:
+// the pull asks for as many messages as there are lanes anyway.
+const laneQueue = 8
 
 // laneOf picks the lane of an approval by its run (the subject's fourth
 // token); a malformed subject goes to lane 0, where it is rejected.

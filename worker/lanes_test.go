@@ -81,3 +81,83 @@ func TestApprovalsOfDifferentRunsAreDecidedConcurrently(t *testing.T) {
 		t.Fatal("the second run's approval was decided only after the first's was let go: approvals are decided one at a time")
 	}
 }
+
+// A run whose decision takes long holds up only its own lane: with the
+// first run's decision held (at after:approved), a second run's approval
+// queued behind it in the same lane, and a third run's in another lane,
+// the third is decided while the first is still held. With lanes that
+// take one message at a time, handing the second to its busy lane stopped
+// the dispatcher, and the third waited for the first.
+func TestABusyLaneDoesNotHoldUpTheOthers(t *testing.T) {
+	t.Parallel()
+	const workers = 4
+	var (
+		mu       sync.Mutex
+		arrived  int
+		second   = make(chan struct{})
+		timedOut bool
+	)
+	o := oneDraft(t, "drafted")
+	o.workers = workers
+	o.crash = func(point string) {
+		if point != "after:approved" {
+			return
+		}
+		mu.Lock()
+		arrived++
+		if arrived == 2 {
+			close(second)
+		}
+		first := arrived == 1
+		mu.Unlock()
+		if !first {
+			return
+		}
+		select {
+		case <-second:
+		case <-time.After(10 * time.Second):
+			mu.Lock()
+			timedOut = true
+			mu.Unlock()
+		}
+	}
+	b := setup(t, o)
+
+	// Runs A and B in one lane, C in another (the lane is a hash of the
+	// run id).
+	lane := func(id string) int {
+		return worker.LaneOf(events.ApprovalSubject("cityops", events.RunID("cityops", id), "s1c1"), workers)
+	}
+	ids := []string{"busy-lane-0"}
+	for i := 1; len(ids) < 3; i++ {
+		id := fmt.Sprintf("busy-lane-%d", i)
+		if same := lane(id) == lane(ids[0]); (len(ids) == 1) == same {
+			ids = append(ids, id) // B: the same lane as A; then C: another
+		}
+	}
+	type drafted struct{ runID, hash string }
+	var a, bb, c *drafted
+	for i, id := range ids {
+		runID, q := draftRun(t, b, id)
+		d := &drafted{runID, q.ArgsHash}
+		switch i {
+		case 0:
+			a = d
+		case 1:
+			bb = d
+		default:
+			c = d
+		}
+	}
+	for _, d := range []*drafted{a, bb, c} {
+		b.publishApproval(d.runID, "s1c1", d.hash, "approve", "supervisor@cityops", "ok")
+	}
+	for _, d := range []*drafted{a, bb, c} {
+		assertTrail(t, b.waitEnd(d.runID), concat([]string{"started"}, gatedStep("draft_escalation"), []string{"proposed:final", "finished:done"}))
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if timedOut {
+		t.Fatal("the third run's approval waited for the first's, queued behind the second in the first's lane")
+	}
+}
