@@ -2,7 +2,6 @@ package events_test
 
 import (
 	"encoding/json"
-	"os"
 	"reflect"
 	"testing"
 
@@ -13,15 +12,7 @@ import (
 // must give what encoding/json gives, for every payload of a real run and
 // for whatever a fuzzer makes of them.
 func FuzzDecodeAgreesWithEncodingJSON(f *testing.F) {
-	data, err := os.ReadFile("testdata/happy_run.json")
-	if err != nil {
-		f.Fatal(err)
-	}
-	var evs []events.Event
-	if err := json.Unmarshal(data, &evs); err != nil {
-		f.Fatal(err)
-	}
-	for _, e := range evs {
+	for _, e := range happyRun(f) {
 		f.Add(string(e.Type), []byte(e.Data))
 	}
 	f.Fuzz(func(t *testing.T, typ string, data []byte) {

@@ -12,18 +12,27 @@ import (
 // (testdata/happy_run.json, as the stream stored them): what every read of
 // such a run costs the worker besides the read itself.
 func BenchmarkFoldHappyRun(b *testing.B) {
-	data, err := os.ReadFile("testdata/happy_run.json")
-	if err != nil {
-		b.Fatal(err)
-	}
-	var evs []events.Event
-	if err := json.Unmarshal(data, &evs); err != nil {
-		b.Fatal(err)
-	}
+	evs := happyRun(b)
 	b.ReportAllocs()
 	for b.Loop() {
 		if _, err := events.Fold(evs); err != nil {
 			b.Fatal(err)
 		}
 	}
+}
+
+// happyRun is the CityOps happy path's events as the stream stored them:
+// 37 events, three approvals, recorded from one run of the worker test
+// harness (the setup of worker's TestHappyPathDraftsThreeEscalations).
+func happyRun(tb testing.TB) []events.Event {
+	tb.Helper()
+	data, err := os.ReadFile("testdata/happy_run.json")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var evs []events.Event
+	if err := json.Unmarshal(data, &evs); err != nil {
+		tb.Fatal(err)
+	}
+	return evs
 }

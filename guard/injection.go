@@ -45,8 +45,9 @@ type detector struct {
 	// rawCue is necessary for re to match whatever text InspectJSON builds
 	// from a raw document: raw itself, when it is not JSON, so rawCue must
 	// follow from cue; or the document's decoded strings joined by
-	// newlines, in any order. It is given fold(raw), and only when raw has
-	// no \u escape (see InspectJSON). So it looks only for literals that
+	// newlines (in document order; the cue holds for any order). It is
+	// given fold(raw), and only when raw has no \u escape (see
+	// InspectJSON). So it looks only for literals that
 	// lie within one decoded string — no newline, no \s* that could run on
 	// into the next string — and that a decoded string holds only if its
 	// raw spelling does: no '"', '\\', '/' or control characters, which

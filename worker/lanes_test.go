@@ -17,36 +17,9 @@ import (
 func TestApprovalsOfDifferentRunsAreDecidedConcurrently(t *testing.T) {
 	t.Parallel()
 	const workers = 4
-	var (
-		mu       sync.Mutex
-		arrived  int
-		both     = make(chan struct{})
-		timedOut bool
-	)
 	o := oneDraft(t, "drafted")
 	o.workers = workers
-	o.crash = func(point string) {
-		if point != "after:approved" {
-			return
-		}
-		mu.Lock()
-		arrived++
-		if arrived == 2 {
-			close(both)
-		}
-		first := arrived == 1
-		mu.Unlock()
-		if !first {
-			return
-		}
-		select {
-		case <-both:
-		case <-time.After(10 * time.Second):
-			mu.Lock()
-			timedOut = true
-			mu.Unlock()
-		}
-	}
+	timedOut := holdFirstDecisionUntilSecond(&o)
 	b := setup(t, o)
 
 	// Two runs in different lanes (the lane is a hash of the run id).
@@ -75,30 +48,21 @@ func TestApprovalsOfDifferentRunsAreDecidedConcurrently(t *testing.T) {
 	for _, runID := range runs {
 		assertTrail(t, b.waitEnd(runID), concat([]string{"started"}, gatedStep("draft_escalation"), []string{"proposed:final", "finished:done"}))
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if timedOut {
+	if timedOut() {
 		t.Fatal("the second run's approval was decided only after the first's was let go: approvals are decided one at a time")
 	}
 }
 
-// A run whose decision takes long holds up only its own lane: with the
-// first run's decision held (at after:approved), a second run's approval
-// queued behind it in the same lane, and a third run's in another lane,
-// the third is decided while the first is still held. With lanes that
-// take one message at a time, handing the second to its busy lane stopped
-// the dispatcher, and the third waited for the first.
-func TestABusyLaneDoesNotHoldUpTheOthers(t *testing.T) {
-	t.Parallel()
-	const workers = 4
+// holdFirstDecisionUntilSecond holds the first decision inside the
+// approvals handler (at after:approved) until a second one gets there,
+// for at most 10 s; timedOut reports whether the second never came.
+func holdFirstDecisionUntilSecond(o *options) (timedOut func() bool) {
 	var (
-		mu       sync.Mutex
-		arrived  int
-		second   = make(chan struct{})
-		timedOut bool
+		mu      sync.Mutex
+		arrived int
+		second  = make(chan struct{})
+		late    bool
 	)
-	o := oneDraft(t, "drafted")
-	o.workers = workers
 	o.crash = func(point string) {
 		if point != "after:approved" {
 			return
@@ -117,10 +81,29 @@ func TestABusyLaneDoesNotHoldUpTheOthers(t *testing.T) {
 		case <-second:
 		case <-time.After(10 * time.Second):
 			mu.Lock()
-			timedOut = true
+			late = true
 			mu.Unlock()
 		}
 	}
+	return func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return late
+	}
+}
+
+// A run whose decision takes long holds up only its own lane: with the
+// first run's decision held (at after:approved), a second run's approval
+// queued behind it in the same lane, and a third run's in another lane,
+// the third is decided while the first is still held. With lanes that
+// take one message at a time, handing the second to its busy lane stopped
+// the dispatcher, and the third waited for the first.
+func TestABusyLaneDoesNotHoldUpTheOthers(t *testing.T) {
+	t.Parallel()
+	const workers = 4
+	o := oneDraft(t, "drafted")
+	o.workers = workers
+	timedOut := holdFirstDecisionUntilSecond(&o)
 	b := setup(t, o)
 
 	// Runs A and B in one lane, C in another (the lane is a hash of the
@@ -155,9 +138,7 @@ func TestABusyLaneDoesNotHoldUpTheOthers(t *testing.T) {
 	for _, d := range []*drafted{a, bb, c} {
 		assertTrail(t, b.waitEnd(d.runID), concat([]string{"started"}, gatedStep("draft_escalation"), []string{"proposed:final", "finished:done"}))
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if timedOut {
+	if timedOut() {
 		t.Fatal("the third run's approval waited for the first's, queued behind the second in the first's lane")
 	}
 }
