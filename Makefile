@@ -54,13 +54,13 @@ fuzz-smoke: ## run every fuzz target for 3s
 	@for t in $(FUZZ_TARGETS); do \
 		pkg=$${t%%:*}; name=$${t##*:}; \
 		echo "fuzz $$pkg $$name"; \
-		$(GO) test -run='^$$' -fuzz="^$$name$$" -fuzztime=3s $$pkg || exit 1; \
+		$(GO) test -run='^$$' -fuzz="^$$name$$" -fuzztime=3s -fuzzminimizetime=5s $$pkg || exit 1; \
 	done
 
-fuzz: ## run every fuzz target for FUZZTIME (default 30s)
+fuzz: ## run every fuzz target for FUZZTIME (default 30s; minimizing a new input at most 5s)
 	@for t in $(FUZZ_TARGETS); do \
 		pkg=$${t%%:*}; name=$${t##*:}; \
-		$(GO) test -run='^$$' -fuzz="^$$name$$" -fuzztime=$(FUZZTIME) $$pkg || exit 1; \
+		$(GO) test -run='^$$' -fuzz="^$$name$$" -fuzztime=$(FUZZTIME) -fuzzminimizetime=5s $$pkg || exit 1; \
 	done
 
 bench: ## benchmarks (not tests): go test -bench
