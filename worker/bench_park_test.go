@@ -71,6 +71,7 @@ var (
 	parkedSample   = flag.Int("parked.sample", 1000, "BenchmarkParkedRuns: parked runs approved and timed (at most -parked)")
 	parkedInflight = flag.Int("parked.inflight", 1, "BenchmarkParkedRuns: approvals in flight at once while timing")
 	parkedWorkers  = flag.Int("parked.workers", 4, "BenchmarkParkedRuns: workers in the pool")
+	parkedCache    = flag.Int("parked.cache", journal.DefaultRunCacheBytes, "BenchmarkParkedRuns: the pool's run cache in bytes (0: none, so every run is read from the stream, as by a worker that did not park it)")
 )
 
 const (
@@ -440,7 +441,7 @@ func startBenchPool(b *testing.B, nc *nats.Conn, tail *tailWriter) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	j, err := journal.New(b.Context(), js)
+	j, err := journal.New(b.Context(), js, journal.WithRunCache(*parkedCache))
 	if err != nil {
 		b.Fatal(err)
 	}
