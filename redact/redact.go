@@ -245,9 +245,22 @@ func (c *cues) allow(p Pattern, s string) bool {
 		if c.nonASCII {
 			return true // (?i) folds some non-ASCII letters onto ASCII ones (ſ, K)
 		}
-		lower := strings.ToLower(s)
+		// Lower-case into a buffer on the stack when s is short (most are):
+		// strings.ToLower allocated for every string with a capital letter.
+		var buf [256]byte
+		lower := buf[:0]
+		if len(s) > len(buf) {
+			lower = make([]byte, 0, len(s))
+		}
+		for i := 0; i < len(s); i++ {
+			b := s[i]
+			if 'A' <= b && b <= 'Z' {
+				b += 'a' - 'A'
+			}
+			lower = append(lower, b)
+		}
 		for _, w := range bearerWords {
-			if strings.Contains(lower, w) {
+			if bytes.Contains(lower, []byte(w)) {
 				return true
 			}
 		}
