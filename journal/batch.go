@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/loopgate/loopgate/events"
+	"github.com/loopgate/loopgate/internal/wait"
 )
 
 // MaxBatch is the most events one AppendBatch stores: JetStream's default
@@ -159,7 +160,7 @@ func (j *Journal) appendBatch(ctx context.Context, lastStreamSeq uint64, evs []e
 			jetstream.JSErrCodeStreamWrongLastSequenceConstant, codeDuplicateInProcess) {
 			break
 		}
-		if werr := pause(ctx, time.Duration(try)*batchBackoff); werr != nil {
+		if werr := wait.For(ctx, time.Duration(try)*batchBackoff); werr != nil {
 			return last, fmt.Errorf("journal: append batch of %d events of run %s/%s: %w (after %w)", len(evs), tenant, runID, werr, err)
 		}
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/loopgate/loopgate/events"
+	"github.com/loopgate/loopgate/internal/wait"
 )
 
 // ErrConflict means another writer appended to the run after the sequence
@@ -211,7 +212,7 @@ func (j *Journal) appendEach(ctx context.Context, lastStreamSeq uint64, evs []ev
 			if try >= inProcessTries || !isAPIError(err, jetstream.JSErrCodeStreamWrongLastSequenceConstant, codeDuplicateInProcess) {
 				break
 			}
-			if werr := pause(ctx, time.Duration(try)*time.Millisecond); werr != nil {
+			if werr := wait.For(ctx, time.Duration(try)*time.Millisecond); werr != nil {
 				return last, fmt.Errorf("journal: append %s event %d of run %s/%s: %w (after %w)", e.Type, e.Seq, tenant, runID, werr, err)
 			}
 		}
@@ -264,18 +265,6 @@ func (j *Journal) appendEach(ctx context.Context, lastStreamSeq uint64, evs []ev
 // waits try milliseconds; after the last, the answer is treated as a
 // conflict and checked against the stream.
 const inProcessTries = 4
-
-// pause waits d, or until ctx is done.
-func pause(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
-}
 
 // isConflict reports whether err is JetStream refusing a publish because of
 // its expected last sequence (10071), or, on a replicated stream, because

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/loopgate/loopgate/internal/wait"
 )
 
 // Retry defaults.
@@ -74,24 +76,13 @@ func (r Retry) withDefaults() Retry {
 		r.Now = time.Now
 	}
 	if r.Sleep == nil {
-		r.Sleep = sleep
+		r.Sleep = wait.For
 	}
 	return r
 }
 
 // retries is how many retries the policy allows.
 func (r Retry) retries() int { return max(r.MaxRetries, 0) }
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
-}
 
 // backoff is the wait before retry n (0 for the first).
 func (r Retry) backoff(n int) time.Duration {

@@ -13,6 +13,7 @@ import (
 	"github.com/loopgate/loopgate/approvals"
 	"github.com/loopgate/loopgate/events"
 	"github.com/loopgate/loopgate/guard"
+	"github.com/loopgate/loopgate/internal/wait"
 	"github.com/loopgate/loopgate/policy"
 	"github.com/loopgate/loopgate/tools"
 )
@@ -390,14 +391,7 @@ func (r *run) executeGroup(ctx context.Context, group []*events.CallState, act a
 
 // backoff waits before retrying a transient failure, within the run's time.
 func (r *run) backoff(ctx context.Context) error {
-	t := time.NewTimer(min(r.p.opts.TransientBackoff, max(time.Until(r.deadline), 0)))
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
+	return wait.For(ctx, min(r.p.opts.TransientBackoff, max(time.Until(r.deadline), 0)))
 }
 
 // invoke runs one attempt under its deadline and classifies how it ended.
