@@ -240,7 +240,7 @@ func BenchmarkLoopgate(b *testing.B) {
 					raw = rate(r.rawAppends, r.elapsed)
 					table.put(b.Name(), r)
 				})
-				for _, v := range lgVariants {
+				for _, v := range slices.Concat(lgVariants, lgTmpfsVariants) {
 					b.Run(fmt.Sprintf("%s/conc=%d/pools=1", v.name, conc), func(b *testing.B) {
 						r := benchHappyPath(b, srv, v, conc, 1, false)
 						r.sync, r.raw = s, raw
@@ -285,6 +285,10 @@ type lgServer struct {
 	where   string
 	connect func(name string) (*nats.Conn, error)
 	js      jetstream.JetStream // for stream states
+	// batchEvents is worker.Config.BatchEvents for the pools: on, as
+	// `loopgate serve/worker --replicas 3` turns it on, where the streams
+	// are replicated.
+	batchEvents bool
 }
 
 func inProcess(env *natstest.Env) *lgServer {
@@ -303,7 +307,8 @@ func inCluster(c *natstest.Cluster) *lgServer {
 		connect: func(name string) (*nats.Conn, error) {
 			return nats.Connect("", nats.InProcessServer(c.Servers[0]), nats.Name(name))
 		},
-		js: c.JS,
+		js:          c.JS,
+		batchEvents: os.Getenv("LOOPGATE_BENCH_R3_BATCH") != "0",
 	}
 }
 
@@ -488,7 +493,7 @@ func startLGPools(b *testing.B, srv *lgServer, cfg *config.Config, outbox func(*
 			b.Fatal(err)
 		}
 		p, err := worker.New(worker.Deps{JS: js, Journal: j, App: cfg, Registry: reg},
-			&worker.Config{Workers: workers, Logger: slog.New(slog.DiscardHandler)})
+			&worker.Config{Workers: workers, Logger: slog.New(slog.DiscardHandler), BatchEvents: srv.batchEvents})
 		if err != nil {
 			stop()
 			b.Fatal(err)
