@@ -13,6 +13,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"unicode/utf8"
 )
 
 // Flag names a kind of suspicious content.
@@ -46,8 +47,8 @@ type detector struct {
 	// from a raw document: raw itself, when it is not JSON, so rawCue must
 	// follow from cue; or the document's decoded strings joined by
 	// newlines (in document order; the cue holds for any order). It is
-	// given fold(raw), and only when raw has no \u escape (see
-	// InspectJSON). So it looks only for literals that
+	// given fold(raw), or fold of raw with its \u escapes spelled out (see
+	// rawMayFlag). So it looks only for literals that
 	// lie within one decoded string — no newline, no \s* that could run on
 	// into the next string — and that a decoded string holds only if its
 	// raw spelling does: no '"', '\\', '/' or control characters, which
@@ -168,14 +169,69 @@ func jsonText(raw []byte) (string, bool) {
 // passed without decoding them: decoding only replaces escapes, and of the
 // escapes only \uXXXX can spell a letter (or '<', '|', '#', ...). Without
 // one, each literal a rawCue looks for is in raw wherever it is in a
-// decoded string (see detector). A \u that is really an escaped backslash
-// and a 'u' only costs a decode.
+// decoded string (see detector); with some, it is in raw with those
+// escapes spelled out (spellOutU). So a tool result that Go's
+// json.Marshal wrote, '&' and '<' as \u0026 and \u003c, is not decoded
+// for them.
 func rawMayFlag(raw []byte) bool {
-	if bytes.Contains(raw, []byte(`\u`)) {
+	if anyRawCue(fold(raw)) {
 		return true
 	}
-	folded := fold(raw)
+	if !bytes.Contains(raw, []byte(`\u`)) {
+		return false
+	}
+	return anyRawCue(fold(spellOutU(raw)))
+}
+
+func anyRawCue(folded string) bool {
 	return slices.ContainsFunc(detectors, func(d detector) bool { return d.rawCue(folded) })
+}
+
+// spellOutU returns raw with each \uXXXX escape replaced by the rune it
+// spells, in UTF-8 (a surrogate half, which no rawCue literal holds, by
+// U+FFFD), and every other escape kept as its two bytes ("\\u0069" stays
+// as it is: an escaped backslash, then "u0069"). In a JSON document a
+// backslash outside a string is an error, so reading escapes from the
+// first byte on finds the ones the decoder would. A document that is not
+// JSON was already judged on raw itself (see rawMayFlag).
+func spellOutU(raw []byte) []byte {
+	out := make([]byte, 0, len(raw))
+	for i := 0; i < len(raw); i++ {
+		c := raw[i]
+		if c != '\\' || i+1 == len(raw) {
+			out = append(out, c)
+			continue
+		}
+		if r, ok := hex4(raw[i+2:]); raw[i+1] == 'u' && ok {
+			out = utf8.AppendRune(out, r)
+			i += 5
+			continue
+		}
+		out = append(out, c, raw[i+1])
+		i++
+	}
+	return out
+}
+
+// hex4 decodes the four hex digits b begins with.
+func hex4(b []byte) (rune, bool) {
+	if len(b) < 4 {
+		return 0, false
+	}
+	var r rune
+	for _, c := range b[:4] {
+		switch {
+		case '0' <= c && c <= '9':
+			r = r<<4 | rune(c-'0')
+		case 'a' <= c && c <= 'f':
+			r = r<<4 | rune(c-'a'+10)
+		case 'A' <= c && c <= 'F':
+			r = r<<4 | rune(c-'A'+10)
+		default:
+			return 0, false
+		}
+	}
+	return r, true
 }
 
 // Inspect returns the flags raised by text, sorted and without repeats.
