@@ -6,6 +6,7 @@ FUZZTIME  ?= 30s
 FUZZ_TARGETS = \
 	./events:FuzzParseWorkSubject \
 	./events:FuzzDecodeAgreesWithEncodingJSON \
+	./events:FuzzEncodeAgreesWithEncodingJSON \
 	./guard:FuzzCuesNeverHideAFlag \
 	./tools:FuzzCanonical \
 	./tools:FuzzBound \

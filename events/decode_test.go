@@ -3,7 +3,9 @@ package events_test
 import (
 	"encoding/json"
 	"reflect"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/loopgate/loopgate/events"
 )
@@ -44,4 +46,43 @@ var payloads = []func() any{
 	func() any { return new(events.FinishedData) },
 	func() any { return new(events.Event) },
 	func() any { return new(any) },
+}
+
+// Event.Encode and EncodeData write with the JSON v2 implementation in its
+// v1 mode; the bytes must be encoding/json's, for every payload a run
+// holds (decoded from a real run's, or from what a fuzzer makes of them)
+// and for the envelope around any data. One difference is allowed
+// (sameJSON): invalid UTF-8 in a string becomes U+FFFD as the character
+// itself, where encoding/json writes the escape \ufffd.
+func FuzzEncodeAgreesWithEncodingJSON(f *testing.F) {
+	for _, e := range happyRun(f) {
+		f.Add(string(e.Type), e.RunID, []byte(e.Data))
+	}
+	f.Add("observed", "run \u2028 <&>", []byte("{\"a\": \"\xff\", \"b\" :[1.50, 2e3]}"))
+	f.Fuzz(func(t *testing.T, typ, runID string, data []byte) {
+		for _, newV := range payloads {
+			v := newV()
+			if json.Unmarshal(data, v) != nil {
+				continue
+			}
+			want, wantErr := json.Marshal(v)
+			got, gotErr := events.EncodeData(v)
+			if (gotErr == nil) != (wantErr == nil) || !sameJSON(got, want) {
+				t.Fatalf("EncodeData(%#v):\n got %s (%v)\nwant %s (%v)", v, got, gotErr, want, wantErr)
+			}
+		}
+		e := events.Event{EventID: runID, RunID: runID, Tenant: typ, Seq: uint64(len(data)), Type: events.Type(typ),
+			Time: time.Unix(int64(len(runID)), int64(len(data))), Step: len(typ), CallID: typ, Tool: runID, Data: data}
+		want, wantErr := json.Marshal(&e)
+		got, gotErr := e.Encode()
+		if (gotErr == nil) != (wantErr == nil) || !sameJSON(got, want) {
+			t.Fatalf("Encode(%#v):\n got %s (%v)\nwant %s (%v)", e, got, gotErr, want, wantErr)
+		}
+	})
+}
+
+// sameJSON reports whether got is want, but for U+FFFD written as itself
+// where want has \ufffd (both read back as the same string).
+func sameJSON(got, want []byte) bool {
+	return string(got) == strings.ReplaceAll(string(want), `\ufffd`, "\ufffd")
 }

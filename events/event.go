@@ -69,6 +69,15 @@ func (e *Event) Decode(v any) error {
 	return nil
 }
 
+// Encode returns the event as it is stored: its JSON, as encoding/json
+// writes it (FuzzEncodeAgreesWithEncodingJSON), written by the JSON v2
+// implementation in its v1 mode, as Decode reads it: about twice as fast,
+// on every append.
+func (e *Event) Encode() ([]byte, error) { return jsonv1.Marshal(e) }
+
+// EncodeData returns the JSON of an event's payload, as Encode writes it.
+func EncodeData(v any) (json.RawMessage, error) { return jsonv1.Marshal(v) }
+
 // Subject is the JetStream subject the event is stored under.
 func (e *Event) Subject() string { return EventSubject(e.Tenant, e.RunID, e.Type) }
 

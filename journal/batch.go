@@ -126,7 +126,7 @@ func (j *Journal) appendBatch(ctx context.Context, lastStreamSeq uint64, evs []e
 		if !events.ValidToken(string(e.Type)) {
 			return last, fmt.Errorf("journal: append batch: event %d of run %s has type %q, not a subject token", e.Seq, runID, e.Type)
 		}
-		data, err := json.Marshal(e)
+		data, err := e.Encode()
 		if err != nil {
 			return last, fmt.Errorf("journal: append batch: encode %s event %d of run %s: %w", e.Type, e.Seq, runID, err)
 		}

@@ -197,7 +197,7 @@ func (j *Journal) appendEach(ctx context.Context, lastStreamSeq uint64, evs []ev
 		if !events.ValidToken(string(e.Type)) {
 			return last, fmt.Errorf("journal: append: event %d of run %s has type %q, not a subject token", e.Seq, runID, e.Type)
 		}
-		data, err := json.Marshal(e)
+		data, err := e.Encode()
 		if err != nil {
 			return last, fmt.Errorf("journal: append: encode %s event %d of run %s: %w", e.Type, e.Seq, runID, err)
 		}

@@ -86,7 +86,7 @@ func (p *Pool) newRun(st *events.RunState, last uint64, task events.Task, limits
 // outside the run (model, tools, KV, wake-ups, the ack) is preceded by, so
 // the write-ahead rule holds either way.
 func (r *run) append(ctx context.Context, typ events.Type, step int, callID, tool string, data any) error {
-	raw, err := json.Marshal(data)
+	raw, err := events.EncodeData(data)
 	if err != nil {
 		return fmt.Errorf("marshal %s event of run %s: %w", typ, r.st.RunID, err)
 	}
