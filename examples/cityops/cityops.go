@@ -97,6 +97,7 @@ func Register(b tools.Builtins, opts Options) error {
 	if err != nil {
 		return err
 	}
+	sweepTemps(opts.Outbox, time.Now().Add(-staleTemp))
 	ts := &toolset{opts: opts, data: d}
 	fns := map[string]tools.Func{
 		ToolLookupComplaints:   ts.lookupComplaints,

@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"strings"
 	"unicode"
+	"time"
 	"unicode/utf8"
 
 	"github.com/loopgate/loopgate/tools"
@@ -144,7 +145,7 @@ func writeAtomic(dir, name string, content []byte) (err error) {
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return fmt.Errorf("create outbox: %w", err)
 	}
-	f, err := os.CreateTemp(dir, ".escalation-*.tmp")
+	f, err := os.CreateTemp(dir, tempPattern)
 	if err != nil {
 		return fmt.Errorf("create temp draft: %w", err)
 	}
@@ -161,14 +162,38 @@ func writeAtomic(dir, name string, content []byte) (err error) {
 		_ = f.Close()
 		return fmt.Errorf("sync temp draft: %w", err)
 	}
+	if err := f.Chmod(0o640); err != nil {
+		_ = f.Close()
+		return fmt.Errorf("chmod temp draft: %w", err)
+	}
 	if err := f.Close(); err != nil {
 		return fmt.Errorf("close temp draft: %w", err)
-	}
-	if err := os.Chmod(f.Name(), 0o640); err != nil {
-		return fmt.Errorf("chmod temp draft: %w", err)
 	}
 	if err := os.Rename(f.Name(), filepath.Join(dir, name)); err != nil {
 		return fmt.Errorf("rename draft into place: %w", err)
 	}
 	return nil
+}
+
+// tempPattern names a draft being written; a process killed between the
+// create and the rename leaves one behind.
+const tempPattern = ".escalation-*.tmp"
+
+// staleTemp is the age past which a temp draft is a leftover: writing one
+// takes milliseconds, and another process may be writing one now.
+const staleTemp = 10 * time.Minute
+
+// sweepTemps removes the temp drafts in dir last modified before cutoff:
+// those a killed process left. It is best effort: a file it cannot remove
+// only takes up room.
+func sweepTemps(dir string, cutoff time.Time) {
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		if ok, _ := filepath.Match(tempPattern, e.Name()); !ok || !e.Type().IsRegular() {
+			continue
+		}
+		if fi, err := e.Info(); err == nil && fi.ModTime().Before(cutoff) {
+			_ = os.Remove(filepath.Join(dir, e.Name()))
+		}
+	}
 }

@@ -262,3 +262,36 @@ func TestDraftEscalationDoesNotWaitForOtherOperations(t *testing.T) {
 		t.Errorf("draft of %s not written: %v", other, err)
 	}
 }
+
+// TestRegisterSweepsStaleTempDrafts: a process killed between a temp
+// draft's create and its rename leaves the temp file; the next Register on
+// that outbox removes it once it is stale, and leaves alone drafts, other
+// files and a temp file that may be another process's write in progress.
+func TestRegisterSweepsStaleTempDrafts(t *testing.T) {
+	t.Parallel()
+	outbox := t.TempDir()
+	old := time.Now().Add(-staleTemp - time.Minute)
+	files := map[string]time.Time{
+		".escalation-1111.tmp":       old,        // left by a kill: swept
+		".escalation-2222.tmp":       time.Now(), // being written: kept
+		"escalation-" + opA + ".txt": old,        // a draft: kept
+		".other-1111.tmp":            old,        // not ours: kept
+		".escalation-3333.tmp.keep":  old,        // not the pattern: kept
+	}
+	for name, mtime := range files {
+		path := filepath.Join(outbox, name)
+		if err := os.WriteFile(path, []byte("x"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(path, mtime, mtime); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setup(t, Options{Outbox: outbox})
+	for name := range files {
+		_, err := os.Stat(filepath.Join(outbox, name))
+		if swept, want := errors.Is(err, os.ErrNotExist), name == ".escalation-1111.tmp"; swept != want {
+			t.Errorf("%s: swept = %v, want %v (stat: %v)", name, swept, want, err)
+		}
+	}
+}
