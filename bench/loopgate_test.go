@@ -365,6 +365,9 @@ func benchHappyPath(b *testing.B, srv *lgServer, v lgVariant, conc, pools int, h
 		b.Fatal(err)
 	}
 	after := streamSeqs(ctx, b, srv.js)
+	if *printGaps {
+		reportGaps(ctx, b, srv.js, b.Name(), before[journal.StreamEvents])
+	}
 	stored := int(after[journal.StreamEvents] - before[journal.StreamEvents])
 	writes := 0
 	for name, seq := range after {
