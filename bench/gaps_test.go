@@ -17,54 +17,104 @@ import (
 
 var printGaps = flag.Bool("lg.gaps", false, "BenchmarkLoopgate: print, for each happy-path line, where a run's wall-clock time goes (the time between consecutive events, by transition)")
 
-// reportGaps prints where the wall-clock time of the measured runs went:
-// for each transition between consecutive events of a run (parked →
-// approved, say), how often it happened and its mean time, and that time
-// summed per run. The times are the events' own (set by the pool that
-// appended them, one clock per process). It reads the events stored after
-// stream sequence from, and counts the runs whose trail it holds from
-// started to finished.
-func reportGaps(ctx context.Context, b *testing.B, js jetstream.JetStream, name string, from uint64) {
+// checkTrails reads the events stored after stream sequence from and
+// fails b unless they are the trails of runs measured runs, each begun by
+// started, gapless (seq 1, 2, …) and ended by finished after exactly
+// perRun events: the benchmark counts stored events, so a lost or an extra
+// event must not pass as a rate. With -lg.gaps it also prints where the
+// runs' wall-clock time went: for each transition between consecutive
+// events (parked → approved, say), how often a run makes it, its mean
+// time, and that time per run. The times are the events' own (set by the
+// pool that appended them, one clock per process; with batched appends,
+// the time an event was staged).
+func checkTrails(ctx context.Context, b *testing.B, js jetstream.JetStream, from uint64, runs, perRun int) {
 	b.Helper()
+	byRun := readRuns(ctx, b, js, from)
+	if len(byRun) != runs {
+		b.Errorf("%d runs have events after stream seq %d, want %d", len(byRun), from, runs)
+	}
+	for id, run := range byRun {
+		ok := len(run) == perRun && run[0].Type == events.TypeStarted && run[len(run)-1].Type == events.TypeFinished
+		for i := range run {
+			ok = ok && run[i].Seq == uint64(i+1)
+		}
+		if !ok {
+			trail := make([]string, len(run))
+			for i, e := range run {
+				trail[i] = fmt.Sprintf("%d:%s", e.Seq, e.Type)
+			}
+			b.Errorf("run %s: %d events, want %d from started to finished, gapless: %s", id, len(run), perRun, strings.Join(trail, " "))
+		}
+	}
+	if *printGaps {
+		printRunGaps(b.Name(), byRun)
+	}
+}
+
+// readRuns returns the events stored after stream sequence from, by run.
+// A cluster's JetStream API can be briefly without a responder or a
+// leader after the load (a stream leader moving): it tries five times.
+func readRuns(ctx context.Context, b *testing.B, js jetstream.JetStream, from uint64) map[string][]events.Event {
+	b.Helper()
+	var err error
+	for try := 1; try <= 5; try++ {
+		var byRun map[string][]events.Event
+		if byRun, err = tryReadRuns(ctx, js, from); err == nil {
+			return byRun
+		}
+		b.Logf("read the runs' events (try %d): %v", try, err)
+		time.Sleep(time.Second)
+	}
+	b.Fatalf("read the runs' events: %v", err)
+	return nil
+}
+
+func tryReadRuns(ctx context.Context, js jetstream.JetStream, from uint64) (map[string][]events.Event, error) {
 	stream, err := js.Stream(ctx, journal.StreamEvents)
 	if err != nil {
-		b.Fatal(err)
+		return nil, fmt.Errorf("stream info: %w", err)
 	}
 	last := stream.CachedInfo().State.LastSeq
+	byRun := map[string][]events.Event{}
+	if last <= from {
+		return byRun, nil
+	}
 	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
 		DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: from + 1})
 	if err != nil {
-		b.Fatal(err)
+		return nil, fmt.Errorf("ordered consumer: %w", err)
 	}
-	byRun := map[string][]events.Event{}
 	for seq := from; seq < last; {
 		batch, err := cons.Fetch(1000, jetstream.FetchMaxWait(5*time.Second))
 		if err != nil {
-			b.Fatal(err)
+			return nil, fmt.Errorf("fetch after stream seq %d: %w", seq, err)
 		}
 		n := 0
 		for m := range batch.Messages() {
 			n++
 			meta, err := m.Metadata()
 			if err != nil {
-				b.Fatal(err)
+				return nil, err
 			}
 			seq = meta.Sequence.Stream
 			var e events.Event
 			if err := json.Unmarshal(m.Data(), &e); err != nil {
-				b.Fatal(err)
+				return nil, fmt.Errorf("event at stream seq %d: %w", seq, err)
 			}
-			if e.Seq == 1 && e.Type == events.TypeStarted || len(byRun[e.RunID]) > 0 {
-				byRun[e.RunID] = append(byRun[e.RunID], e)
-			}
+			byRun[e.RunID] = append(byRun[e.RunID], e)
 		}
 		if err := batch.Error(); err != nil {
-			b.Fatal(err)
+			return nil, fmt.Errorf("fetch after stream seq %d: %w", seq, err)
 		}
 		if n == 0 {
-			b.Fatalf("gaps: no events after stream seq %d, want up to %d", seq, last)
+			return nil, fmt.Errorf("no events after stream seq %d, want up to %d", seq, last)
 		}
 	}
+	return byRun, nil
+}
+
+// printRunGaps prints the -lg.gaps table of the finished runs in byRun.
+func printRunGaps(name string, byRun map[string][]events.Event) {
 	type gap struct {
 		n   int
 		sum time.Duration

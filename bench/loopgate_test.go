@@ -88,6 +88,12 @@ const (
 	lgStuck = time.Minute
 	// lgToolSteps is the number of tool calls of one happy-path run.
 	lgToolSteps = 5
+	// lgEventsPerRun are the events of one happy-path run: started, then
+	// per model call proposed, and per tool call validated, executing,
+	// executed, observed, and per draft approval_requested, parked and
+	// approved; finished.
+	lgEventsPerRun           = 1 + 6 + 4*lgToolSteps + 3*3 + 1
+	lgEventsPerRunNoApproval = lgEventsPerRun - 3*3
 	// lgHeapMinConc is the least concurrency the heap per active run is
 	// measured at: with one run in flight, the noise of a collected heap
 	// is larger than the run.
@@ -365,9 +371,11 @@ func benchHappyPath(b *testing.B, srv *lgServer, v lgVariant, conc, pools int, h
 		b.Fatal(err)
 	}
 	after := streamSeqs(ctx, b, srv.js)
-	if *printGaps {
-		reportGaps(ctx, b, srv.js, b.Name(), before[journal.StreamEvents])
+	perRun := lgEventsPerRun
+	if !v.approval {
+		perRun = lgEventsPerRunNoApproval
 	}
+	checkTrails(ctx, b, srv.js, before[journal.StreamEvents], total, perRun)
 	stored := int(after[journal.StreamEvents] - before[journal.StreamEvents])
 	writes := 0
 	for name, seq := range after {
