@@ -31,6 +31,15 @@ const MaxBatch = 1000
 // still works.
 var ErrBatchUnsupported = errors.New("journal: " + StreamEvents + " does not allow atomic batch publish (needs nats-server 2.12+ and Ensure)")
 
+// ErrBatchRefused means the server refused an atomic batch whole, and kept
+// refusing it for batchTries attempts: most often because too many batches
+// were open (by default 50 per stream and 1000 per server: the server
+// configuration's jetstream { limits { batch { max_inflight_per_stream,
+// max_inflight_total } } }), or because a message of it was lost. Nothing
+// was stored: the run is where it was, and a caller that does not need
+// the events stored all-or-nothing can Append them instead.
+var ErrBatchRefused = errors.New("journal: atomic batch refused (too many batches open, or one lost); nothing stored")
+
 // Headers of JetStream's atomic batch publish (nats-server 2.12+). nats.go
 // has no API for it.
 const (
@@ -174,6 +183,8 @@ func (j *Journal) appendBatch(ctx context.Context, lastStreamSeq uint64, evs []e
 		// duplicate, so a retry lands here, as does a stale expectation.
 		// Only the events stored after lastStreamSeq tell them apart.
 		return j.resolveBatch(ctx, last, filter, msgs, evs, stored, err)
+	case isAPIError(err, codeBatchIncomplete, codeBatchTooManyOpen):
+		return last, fmt.Errorf("journal: append batch of %d events of run %s/%s: %w: %w", len(evs), tenant, runID, ErrBatchRefused, err)
 	case isAPIError(err, codeBatchDisabled):
 		j.atomic.Store(false)
 		return last, fmt.Errorf("journal: append batch of %d events of run %s/%s: %w: %w", len(evs), tenant, runID, ErrBatchUnsupported, err)

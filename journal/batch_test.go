@@ -468,3 +468,46 @@ func TestServerAtomicBatchRules(t *testing.T) {
 		t.Errorf("stream holds %d messages, want the 5 of the two accepted batches", n)
 	}
 }
+
+// openBatches opens n atomic batches on StreamEvents and never commits
+// them: as many writers in the middle of a batch. The server keeps each
+// open until its batch timeout (10 s) ends it.
+func openBatches(t *testing.T, env *natstest.Env, n int) {
+	t.Helper()
+	for i := range n {
+		m := &nats.Msg{Subject: events.EventSubject("acme", fmt.Sprintf("open-%d", i), events.TypeStarted), Data: []byte(`{}`), Header: nats.Header{}}
+		m.Header.Set("Nats-Batch-Id", fmt.Sprintf("open-%d", i))
+		m.Header.Set("Nats-Batch-Sequence", "1")
+		if err := env.Conn.PublishMsg(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := env.Conn.Flush(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestABatchRefusedForTooManyOpenBatchesStoresNothing: with the stream's
+// limit of open batches (50 by default) taken, AppendBatch is refused with
+// ErrBatchRefused and stores nothing; the same events can then be
+// Appended one by one, from the same last sequence.
+func TestABatchRefusedForTooManyOpenBatchesStoresNothing(t *testing.T) {
+	t.Parallel()
+	env := natstest.StartWith(t, natstest.Options{SyncInterval: "2m"})
+	j := env.Journal
+	evs := trail("acme", "run-1", 1, 3)
+	last := mustAppend(t, j, 0, evs[0])
+	openBatches(t, env, 50)
+	msgs, lastSeq := streamMsgs(t, env)
+
+	_, err := j.AppendBatch(t.Context(), last, evs[1:]...)
+	if !errors.Is(err, journal.ErrBatchRefused) {
+		t.Fatalf("AppendBatch with 50 batches open: %v, want ErrBatchRefused", err)
+	}
+	if m, l := streamMsgs(t, env); m != msgs || l != lastSeq {
+		t.Fatalf("a refused batch stored messages: %d → %d (last seq %d → %d)", msgs, m, lastSeq, l)
+	}
+	wantRun(t, j, "acme", "run-1", evs[:1], last)
+	last = mustAppend(t, j, last, evs[1:]...)
+	wantRun(t, j, "acme", "run-1", evs, last)
+}

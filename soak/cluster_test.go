@@ -61,6 +61,7 @@ listen: 127.0.0.1:%d
 jetstream {
   store_dir: %q
   sync_interval: always
+  limits { batch { max_inflight_per_stream: 1000 } }
 }
 cluster {
   name: loopgate

@@ -57,6 +57,9 @@ type options struct {
 	// cluster runs the test on three clustered servers (R3) instead of
 	// one; b.cluster can stop and restart them.
 	cluster bool
+	// batch appends each step's events in atomic batches, as on a
+	// cluster (also set for every test by LOOPGATE_TEST_BATCH=1).
+	batch bool
 
 	// configFile loads the CityOps config from this file instead of the
 	// copy embedded in cityops.Files (the same bytes, when it is
@@ -129,7 +132,7 @@ func setup(t testing.TB, o options) *bundle {
 			&worker.Config{Workers: cmp.Or(o.workers, 2), Logger: log, TransientBackoff: 10 * time.Millisecond, Crash: o.crash, RetryDelay: o.retry,
 				// LOOPGATE_TEST_BATCH=1 runs every scenario with a step's
 				// events appended in atomic batches, as on a cluster.
-				BatchEvents: os.Getenv("LOOPGATE_TEST_BATCH") == "1"})
+				BatchEvents: o.batch || os.Getenv("LOOPGATE_TEST_BATCH") == "1"})
 		if err != nil {
 			t.Fatal(err)
 		}

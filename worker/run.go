@@ -130,6 +130,14 @@ func (r *run) flush(ctx context.Context) error {
 		r.p.crash("before:" + string(e.Type))
 	}
 	last, err := r.p.journal.AppendBatch(ctx, r.last, r.staged...)
+	if errors.Is(err, journal.ErrBatchRefused) {
+		// Nothing was stored: the stream had too many batches open (50
+		// by default; a pool busier than that meets the limit) or lost
+		// one. Store the events one by one: every prefix of a step's
+		// events is a state the run resumes from, as without batching.
+		r.log.DebugContext(ctx, "atomic batch refused; appending the step's events one by one", "events", len(r.staged), "err", err)
+		last, err = r.p.journal.Append(ctx, r.last, r.staged...)
+	}
 	if err != nil {
 		first, n := r.staged[0], len(r.staged)
 		r.staged = nil

@@ -2,11 +2,14 @@ package worker_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/nats-io/nats.go"
 
 	"github.com/loopgate/loopgate/config"
 	"github.com/loopgate/loopgate/events"
@@ -247,6 +250,55 @@ func TestBudgetsStopTheRunBeforeTheModelCallThatWouldExceedThem(t *testing.T) {
 		}
 		if p := last[events.ProposedData](t, evs, events.TypeProposed); p.CostUSD < 0.0059 || p.CostUSD > 0.0061 {
 			t.Errorf("%s: proposed cost = %v, want $0.006", name, p.CostUSD)
+		}
+	}
+}
+
+// TestRefusedBatchesAreAppendedOneByOne: a pool that batches a step's
+// events, on a stream whose limit of open batches (50 by default) other
+// writers hold, has every batch refused; it appends the events one by one
+// instead, and the happy path ends as always. (At 256 runs in flight on a
+// 3-server cluster, refused batches used to interrupt the run: the next
+// worker found the step's tool call unfinished and ran it again.)
+func TestRefusedBatchesAreAppendedOneByOne(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{batch: true})
+	for i := range 50 {
+		m := &nats.Msg{Subject: events.EventSubject("other", fmt.Sprintf("open-%d", i), events.TypeStarted), Data: []byte(`{}`), Header: nats.Header{}}
+		m.Header.Set("Nats-Batch-Id", fmt.Sprintf("open-%d", i))
+		m.Header.Set("Nats-Batch-Sequence", "1")
+		if err := b.env.Conn.PublishMsg(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := b.env.Conn.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	runID := b.submit(task("refused-batches", "escalation-assistant"))
+	b.autoApprove(runID, "supervisor@cityops", "approve", "")
+	evs := b.waitEnd(runID)
+	assertTrail(t, evs, concat(
+		[]string{"started"},
+		okStep("get_procedure"),
+		okStep("lookup_complaints"),
+		gatedStep("draft_escalation"),
+		gatedStep("draft_escalation"),
+		gatedStep("draft_escalation"),
+		[]string{"proposed:final", "finished:done"},
+	))
+	if got := len(outboxFiles(t, b.outbox)); got != 3 {
+		t.Errorf("%d drafts in the outbox, want 3", got)
+	}
+	logs := b.logs.String()
+	if !strings.Contains(logs, "atomic batch refused") {
+		t.Errorf("no batch was refused, so the test tested nothing; log:\n%s", logs)
+	}
+	if strings.Contains(logs, "run interrupted") {
+		t.Errorf("a refused batch interrupted the run; log:\n%s", logs)
+	}
+	for _, e := range evs {
+		if e.Type == events.TypeExecuted && !strings.Contains(string(e.Data), `"status":"ok"`) {
+			t.Errorf("executed %s: %s, want every call ok and run once", e.Tool, e.Data)
 		}
 	}
 }

@@ -77,6 +77,9 @@ func StartClusterWith(t testing.TB, o ClusterOptions) *Cluster {
 			JetStream: true, StoreDir: store, NoSigs: true,
 			Cluster: server.ClusterOpts{Name: "natstest", Host: "127.0.0.1", Port: port},
 			Routes:  routes,
+			// As deploy/nats-cluster.conf: a pool's step batches are
+			// not refused for being more than 50 open at once.
+			JetStreamLimits: server.JSLimitOpts{MaxBatchInflightPerStream: 1000},
 		}
 		switch o.SyncInterval {
 		case "always":
