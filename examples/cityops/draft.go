@@ -10,8 +10,8 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"unicode"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/loopgate/loopgate/tools"
