@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/kaptinlin/jsonschema"
@@ -129,6 +130,9 @@ type Pool struct {
 	sessions   *sessions.Store
 	maxDeliver int
 	advisories interface{ Unsubscribe() error }
+	// refusedWarned is when the pool last warned that the server refused
+	// its atomic batches (unix nanoseconds): at most once a minute.
+	refusedWarned atomic.Int64
 
 	mu           sync.Mutex
 	started      bool

@@ -135,7 +135,7 @@ func (r *run) flush(ctx context.Context) error {
 		// by default; a pool busier than that meets the limit) or lost
 		// one. Store the events one by one: every prefix of a step's
 		// events is a state the run resumes from, as without batching.
-		r.log.DebugContext(ctx, "atomic batch refused; appending the step's events one by one", "events", len(r.staged), "err", err)
+		r.p.warnBatchRefused(ctx, err)
 		last, err = r.p.journal.Append(ctx, r.last, r.staged...)
 	}
 	if err != nil {
@@ -148,6 +148,20 @@ func (r *run) flush(ctx context.Context) error {
 	}
 	r.last, r.staged = last, nil
 	return nil
+}
+
+// warnBatchRefused tells the operator, at most once a minute, that the
+// server refuses atomic batches: the pool still works, appending the events
+// one by one, but the cluster's batch limit is too low for it.
+func (p *Pool) warnBatchRefused(ctx context.Context, err error) {
+	now := time.Now().UnixNano()
+	last := p.refusedWarned.Load()
+	if now-last < int64(time.Minute) || !p.refusedWarned.CompareAndSwap(last, now) {
+		return
+	}
+	p.log.WarnContext(ctx, "atomic batch refused; appending the step's events one by one. "+
+		"Raise the servers' jetstream { limits { batch { max_inflight_per_stream } } } (default 50) above the workers of all pools together",
+		"err", err)
 }
 
 // start records the run's first event.

@@ -290,7 +290,7 @@ func TestRefusedBatchesAreAppendedOneByOne(t *testing.T) {
 		t.Errorf("%d drafts in the outbox, want 3", got)
 	}
 	logs := b.logs.String()
-	if !strings.Contains(logs, "atomic batch refused") {
+	if !strings.Contains(logs, "atomic batch refused; appending") {
 		t.Errorf("no batch was refused, so the test tested nothing; log:\n%s", logs)
 	}
 	if strings.Contains(logs, "run interrupted") {
