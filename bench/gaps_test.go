@@ -85,7 +85,8 @@ func tryReadRuns(ctx context.Context, js jetstream.JetStream, from uint64) (map[
 		return nil, fmt.Errorf("ordered consumer: %w", err)
 	}
 	for seq := from; seq < last; {
-		batch, err := cons.Fetch(1000, jetstream.FetchMaxWait(5*time.Second))
+		// Ask for no more than are left: a fetch waits for all it asked.
+		batch, err := cons.Fetch(int(min(last-seq, 1000)), jetstream.FetchMaxWait(5*time.Second))
 		if err != nil {
 			return nil, fmt.Errorf("fetch after stream seq %d: %w", seq, err)
 		}
