@@ -18,6 +18,20 @@ import (
 // The CityOps scenarios of the seed, each asserting its exact event trail,
 // stop reason and side effects.
 
+// happyTrail is the trail of the CityOps happy path: two reads, three
+// drafts each approved, the final answer.
+func happyTrail() []string {
+	return concat(
+		[]string{"started"},
+		okStep("get_procedure"),
+		okStep("lookup_complaints"),
+		gatedStep("draft_escalation"),
+		gatedStep("draft_escalation"),
+		gatedStep("draft_escalation"),
+		[]string{"proposed:final", "finished:done"},
+	)
+}
+
 func TestHappyPathDraftsThreeEscalations(t *testing.T) {
 	t.Parallel()
 	b := setup(t, options{})
@@ -27,15 +41,7 @@ func TestHappyPathDraftsThreeEscalations(t *testing.T) {
 
 	// Each draft waits for the supervisor's approval of its exact
 	// arguments, then runs once; the model is not asked again in between.
-	assertTrail(t, evs, concat(
-		[]string{"started"},
-		okStep("get_procedure"),
-		okStep("lookup_complaints"),
-		gatedStep("draft_escalation"),
-		gatedStep("draft_escalation"),
-		gatedStep("draft_escalation"),
-		[]string{"proposed:final", "finished:done"},
-	))
+	assertTrail(t, evs, happyTrail())
 	fin := last[events.FinishedData](t, evs, events.TypeFinished)
 	for _, id := range []string{"SR-10421", "SR-10422", "SR-10423"} {
 		if !strings.Contains(fin.Final.Summary, id) {
@@ -277,15 +283,7 @@ func TestRefusedBatchesAreAppendedOneByOne(t *testing.T) {
 	runID := b.submit(task("refused-batches", "escalation-assistant"))
 	b.autoApprove(runID, "supervisor@cityops", "approve", "")
 	evs := b.waitEnd(runID)
-	assertTrail(t, evs, concat(
-		[]string{"started"},
-		okStep("get_procedure"),
-		okStep("lookup_complaints"),
-		gatedStep("draft_escalation"),
-		gatedStep("draft_escalation"),
-		gatedStep("draft_escalation"),
-		[]string{"proposed:final", "finished:done"},
-	))
+	assertTrail(t, evs, happyTrail())
 	if got := len(outboxFiles(t, b.outbox)); got != 3 {
 		t.Errorf("%d drafts in the outbox, want 3", got)
 	}
