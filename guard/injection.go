@@ -183,6 +183,7 @@ func rawMayFlag(raw []byte) bool {
 	return anyRawCue(fold(spellOutU(raw)))
 }
 
+// anyRawCue reports whether some detector's rawCue holds for folded.
 func anyRawCue(folded string) bool {
 	return slices.ContainsFunc(detectors, func(d detector) bool { return d.rawCue(folded) })
 }
