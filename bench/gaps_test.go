@@ -10,9 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/loopgate/loopgate/events"
 	"github.com/loopgate/loopgate/journal"
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 var printGaps = flag.Bool("lg.gaps", false, "BenchmarkLoopgate: print, for each happy-path line, where a run's wall-clock time goes (the time between consecutive events, by transition)")
@@ -79,7 +80,8 @@ func tryReadRuns(ctx context.Context, js jetstream.JetStream, from uint64) (map[
 		return byRun, nil
 	}
 	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
-		DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: from + 1})
+		DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: from + 1,
+		InactiveThreshold: 5 * time.Second}) // gone soon after the read
 	if err != nil {
 		return nil, fmt.Errorf("ordered consumer: %w", err)
 	}
