@@ -51,18 +51,13 @@ unit: ## race-enabled tests with shuffled order (SDK packages without -race); th
 compose-check: ## validate compose.yaml as docker compose would (no engine needed)
 	cd deploy/composecheck && $(GO) test -count=1 ./...
 
+# Both run internal/fuzzrun/fuzz.sh: it tries a target once more only when
+# go test's own end-of-fuzztime race failed it (see the script).
 fuzz-smoke: ## run every fuzz target for 3s
-	@for t in $(FUZZ_TARGETS); do \
-		pkg=$${t%%:*}; name=$${t##*:}; \
-		echo "fuzz $$pkg $$name"; \
-		$(GO) test -run='^$$' -fuzz="^$$name$$" -fuzztime=3s -fuzzminimizetime=5s $$pkg || exit 1; \
-	done
+	@sh internal/fuzzrun/fuzz.sh "$(GO)" 3s $(FUZZ_TARGETS)
 
 fuzz: ## run every fuzz target for FUZZTIME (default 30s; minimizing a new input at most 5s)
-	@for t in $(FUZZ_TARGETS); do \
-		pkg=$${t%%:*}; name=$${t##*:}; \
-		$(GO) test -run='^$$' -fuzz="^$$name$$" -fuzztime=$(FUZZTIME) -fuzzminimizetime=5s $$pkg || exit 1; \
-	done
+	@sh internal/fuzzrun/fuzz.sh "$(GO)" $(FUZZTIME) $(FUZZ_TARGETS)
 
 bench: ## benchmarks (not tests): go test -bench
 	$(GO) test -run='^$$' -bench=. -benchmem -timeout 30m ./...
