@@ -2,7 +2,6 @@ package bench_test
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"sort"
@@ -51,15 +50,23 @@ func checkTrails(ctx context.Context, b *testing.B, js jetstream.JetStream, from
 	}
 }
 
-// readRuns returns the events stored after stream sequence from, by run.
-// A cluster's JetStream API can be briefly without a responder or a
-// leader after the load (a stream leader moving): it tries five times.
+// readRuns returns the events stored after stream sequence from, by run,
+// read as loopgate reads runs (journal.ReplayAfter). A cluster's
+// JetStream API can be briefly without a responder or a leader after the
+// load (a stream leader moving): it tries five times.
 func readRuns(ctx context.Context, b *testing.B, js jetstream.JetStream, from uint64) map[string][]events.Event {
 	b.Helper()
-	var err error
+	j, err := journal.New(ctx, js, journal.WithRunCache(0))
+	if err != nil {
+		b.Fatal(err)
+	}
 	for try := 1; try <= 5; try++ {
-		var byRun map[string][]events.Event
-		if byRun, err = tryReadRuns(ctx, js, from); err == nil {
+		var evs []events.Event
+		if evs, err = j.ReplayAfter(ctx, events.EventsPrefix+".>", from); err == nil {
+			byRun := map[string][]events.Event{}
+			for _, e := range evs {
+				byRun[e.RunID] = append(byRun[e.RunID], e)
+			}
 			return byRun
 		}
 		b.Logf("read the runs' events (try %d): %v", try, err)
@@ -67,52 +74,6 @@ func readRuns(ctx context.Context, b *testing.B, js jetstream.JetStream, from ui
 	}
 	b.Fatalf("read the runs' events: %v", err)
 	return nil
-}
-
-func tryReadRuns(ctx context.Context, js jetstream.JetStream, from uint64) (map[string][]events.Event, error) {
-	stream, err := js.Stream(ctx, journal.StreamEvents)
-	if err != nil {
-		return nil, fmt.Errorf("stream info: %w", err)
-	}
-	last := stream.CachedInfo().State.LastSeq
-	byRun := map[string][]events.Event{}
-	if last <= from {
-		return byRun, nil
-	}
-	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
-		DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: from + 1,
-		InactiveThreshold: 5 * time.Second}) // gone soon after the read
-	if err != nil {
-		return nil, fmt.Errorf("ordered consumer: %w", err)
-	}
-	// An iterator, not Fetch: on a cluster a pull to a just-created (or
-	// just-recreated) ordered consumer is sometimes answered "no
-	// responders"; the iterator recovers by itself once two heartbeats are
-	// missed (as journal.readFrom does).
-	it, err := cons.Messages(jetstream.PullMaxMessages(1000), jetstream.PullHeartbeat(500*time.Millisecond))
-	if err != nil {
-		return nil, fmt.Errorf("read: %w", err)
-	}
-	defer it.Stop()
-	rctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	for seq := from; seq < last; {
-		m, err := it.Next(jetstream.NextContext(rctx))
-		if err != nil {
-			return nil, fmt.Errorf("read after stream seq %d (of %d): %w", seq, last, err)
-		}
-		meta, err := m.Metadata()
-		if err != nil {
-			return nil, err
-		}
-		seq = meta.Sequence.Stream
-		var e events.Event
-		if err := json.Unmarshal(m.Data(), &e); err != nil {
-			return nil, fmt.Errorf("event at stream seq %d: %w", seq, err)
-		}
-		byRun[e.RunID] = append(byRun[e.RunID], e)
-	}
-	return byRun, nil
 }
 
 // printRunGaps prints the -lg.gaps table of the measured runs in byRun.

@@ -400,15 +400,21 @@ func (j *Journal) load(ctx context.Context, key, filter string) ([]events.Event,
 // error when nothing matches. Events appended meanwhile may or may not be
 // included.
 func (j *Journal) Replay(ctx context.Context, filter string) ([]events.Event, error) {
-	evs, _, err := j.readNow(ctx, filter)
+	return j.ReplayAfter(ctx, filter, 0)
+}
+
+// ReplayAfter is Replay of the events stored after stream seq after.
+func (j *Journal) ReplayAfter(ctx context.Context, filter string, after uint64) ([]events.Event, error) {
+	evs, _, err := j.readNow(ctx, filter, after+1)
 	if err != nil {
 		return nil, fmt.Errorf("journal: replay %s: %w", filter, err)
 	}
 	return evs, nil
 }
 
-// readNow reads the events on filter up to the last one stored now.
-func (j *Journal) readNow(ctx context.Context, filter string) ([]events.Event, uint64, error) {
+// readNow reads the events on filter from stream seq from up to the last
+// one stored now.
+func (j *Journal) readNow(ctx context.Context, filter string, from uint64) ([]events.Event, uint64, error) {
 	lastMsg, err := j.events.GetLastMsgForSubject(ctx, filter)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return nil, 0, nil
@@ -416,7 +422,10 @@ func (j *Journal) readNow(ctx context.Context, filter string) ([]events.Event, u
 	if err != nil {
 		return nil, 0, fmt.Errorf("last message: %w", err)
 	}
-	return j.readFrom(ctx, filter, 1, lastMsg.Sequence)
+	if lastMsg.Sequence < from {
+		return nil, 0, nil
+	}
+	return j.readFrom(ctx, filter, from, lastMsg.Sequence)
 }
 
 // readFrom reads the events on filter from stream seq from up to stream

@@ -382,6 +382,38 @@ func TestRunsDoNotMix(t *testing.T) {
 	}
 }
 
+// TestReplayAfterReturnsOnlyLaterEvents: ReplayAfter returns, in stream
+// order and for every run on the filter, the events stored after the given
+// stream seq, and nothing after the last one.
+func TestReplayAfterReturnsOnlyLaterEvents(t *testing.T) {
+	t.Parallel()
+	env := natstest.Start(t)
+	j := env.Journal
+	a, b := trail("acme", "run-a", 1, 3), trail("acme", "run-b", 1, 2)
+	lastA := mustAppend(t, j, 0, a[:2]...)
+	lastB := mustAppend(t, j, 0, b[0])
+	mustAppend(t, j, lastA, a[2])
+	last := mustAppend(t, j, lastB, b[1])
+	all := events.EventsPrefix + ".>"
+	for _, c := range []struct {
+		after uint64
+		want  []events.Event
+	}{
+		{0, []events.Event{a[0], a[1], b[0], a[2], b[1]}},
+		{lastA, []events.Event{b[0], a[2], b[1]}},
+		{last - 1, []events.Event{b[1]}},
+		{last, nil},
+	} {
+		got, err := j.ReplayAfter(t.Context(), all, c.after)
+		if err != nil {
+			t.Fatalf("ReplayAfter(%d): %v", c.after, err)
+		}
+		if mustJSON(t, got) != mustJSON(t, c.want) {
+			t.Errorf("ReplayAfter(%d) =\n%s\nwant\n%s", c.after, mustJSON(t, got), mustJSON(t, c.want))
+		}
+	}
+}
+
 func TestReplayOfNothingIsEmpty(t *testing.T) {
 	t.Parallel()
 	env := natstest.Start(t)

@@ -17,10 +17,7 @@ import (
 func TestApprovalsOfDifferentRunsAreDecidedConcurrently(t *testing.T) {
 	t.Parallel()
 	const workers = 4
-	o := oneDraft(t, "drafted")
-	o.workers = workers
-	timedOut := holdFirstDecisionUntilSecond(&o)
-	b := setup(t, o)
+	b, timedOut := setupHeldLanes(t, workers)
 
 	// Two runs in different lanes (the lane is a hash of the run id).
 	var (
@@ -51,6 +48,16 @@ func TestApprovalsOfDifferentRunsAreDecidedConcurrently(t *testing.T) {
 	if timedOut() {
 		t.Fatal("the second run's approval was decided only after the first's was let go: approvals are decided one at a time")
 	}
+}
+
+// setupHeldLanes is a pool of workers lanes running the one-draft agent,
+// whose first decision is held until a second one arrives
+// (holdFirstDecisionUntilSecond).
+func setupHeldLanes(t *testing.T, workers int) (b *bundle, timedOut func() bool) {
+	o := oneDraft(t, "drafted")
+	o.workers = workers
+	timedOut = holdFirstDecisionUntilSecond(&o)
+	return setup(t, o), timedOut
 }
 
 // holdFirstDecisionUntilSecond holds the first decision inside the
@@ -101,10 +108,7 @@ func holdFirstDecisionUntilSecond(o *options) (timedOut func() bool) {
 func TestABusyLaneDoesNotHoldUpTheOthers(t *testing.T) {
 	t.Parallel()
 	const workers = 4
-	o := oneDraft(t, "drafted")
-	o.workers = workers
-	timedOut := holdFirstDecisionUntilSecond(&o)
-	b := setup(t, o)
+	b, timedOut := setupHeldLanes(t, workers)
 
 	// Runs A and B in one lane, C in another (the lane is a hash of the
 	// run id).
