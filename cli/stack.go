@@ -90,7 +90,16 @@ func startStack(ctx context.Context, o stackOptions) (_ *stack, err error) {
 		if opts, err = o.auth.options(true); err != nil {
 			return nil, err
 		}
-		s.nc, err = nats.Connect(o.natsURL, append(opts, nats.Name("loopgate"), nats.MaxReconnects(-1), logAsyncErrors(o.log))...)
+		opts = append(opts, nats.Name("loopgate"), nats.MaxReconnects(-1), logAsyncErrors(o.log))
+		// A worker started while its servers are down (a restart of the
+		// whole deployment, a node being replaced) waits for them like it
+		// waits for JetStream below, instead of exiting: an exploratory
+		// kill -9 run saw a replacement worker started during a one-second
+		// server restart exit with "no servers available".
+		err = untilJetStreamAnswers(ctx, o.log, "connect to NATS", func(context.Context) (err error) {
+			s.nc, err = nats.Connect(o.natsURL, opts...)
+			return err
+		})
 	}
 	if err != nil {
 		if o.natsConfig != "" || errors.Is(err, nats.ErrAuthorization) {
@@ -166,7 +175,7 @@ func untilJetStreamAnswers(ctx context.Context, log *slog.Logger, what string, s
 			return err
 		}
 		wait := min(time.Duration(attempt)*500*time.Millisecond, 5*time.Second)
-		log.WarnContext(ctx, "JetStream does not answer yet; trying again", "step", what, "attempt", attempt, "in", wait, "err", err)
+		log.WarnContext(ctx, "NATS does not answer yet; trying again", "step", what, "attempt", attempt, "in", wait, "err", err)
 		select {
 		case <-ctx.Done():
 			return err
@@ -175,15 +184,18 @@ func untilJetStreamAnswers(ctx context.Context, log *slog.Logger, what string, s
 	}
 }
 
-// jetStreamBusy reports whether err is JetStream not answering for now:
-// a timeout, no responders, or a 503 other than "JetStream is not enabled".
+// jetStreamBusy reports whether err is NATS or JetStream not answering for
+// now: no server reachable, a timeout, no responders, or a 503 other than
+// "JetStream is not enabled". A refused login or a TLS error is not: it
+// will not go away by waiting.
 func jetStreamBusy(err error) bool {
 	var apiErr *jetstream.APIError
 	switch {
 	case errors.As(err, &apiErr):
 		return apiErr.Code == 503 && apiErr.ErrorCode != jetstream.JSErrCodeJetStreamNotEnabled &&
 			apiErr.ErrorCode != jetstream.JSErrCodeJetStreamNotEnabledForAccount
-	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout), errors.Is(err, nats.ErrNoResponders),
+	case errors.Is(err, nats.ErrNoServers),
+		errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout), errors.Is(err, nats.ErrNoResponders),
 		errors.Is(err, jetstream.ErrNoStreamResponse):
 		return true
 	}

@@ -6,14 +6,22 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/loopgate/loopgate/journal"
+	"github.com/loopgate/loopgate/natsd"
 )
 
 func TestJetStreamBusyTellsWaitingFromFailing(t *testing.T) {
 	busy := []error{
+		fmt.Errorf("nats: connect: %w", nats.ErrNoServers),
 		fmt.Errorf("journal: ensure stream LOOPGATE_WORK: %w", context.DeadlineExceeded),
 		nats.ErrTimeout,
 		nats.ErrNoResponders,
@@ -62,5 +70,72 @@ func TestUntilJetStreamAnswersRetriesOnlyWhatWaitingCanFix(t *testing.T) {
 	err = untilJetStreamAnswers(ctx, log, "test", func(context.Context) error { calls++; cancel(); return nats.ErrTimeout })
 	if !errors.Is(err, nats.ErrTimeout) || calls != 1 {
 		t.Errorf("cancelled while waiting: err %v after %d calls, want the timeout after 1", err, calls)
+	}
+}
+
+// recordingHandler passes each record's message to seen.
+type recordingHandler struct {
+	slog.Handler
+	seen func(msg string)
+}
+
+func (recordingHandler) Enabled(context.Context, slog.Level) bool { return true }
+
+func (h recordingHandler) Handle(_ context.Context, r slog.Record) error {
+	h.seen(r.Message)
+	return nil
+}
+
+// A worker started while its NATS server is down waits for the server
+// instead of exiting, and is then ready like any other.
+func TestWorkerWaitsForNATSToComeUp(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close() // nothing listens there now
+
+	waiting := make(chan struct{})
+	var once sync.Once
+	log := slog.New(recordingHandler{Handler: slog.DiscardHandler, seen: func(msg string) {
+		if strings.Contains(msg, "does not answer yet") {
+			once.Do(func() { close(waiting) })
+		}
+	}})
+	type started struct {
+		s   *stack
+		err error
+	}
+	done := make(chan started, 1)
+	go func() {
+		s, err := startStack(t.Context(), stackOptions{natsURL: "nats://" + addr, log: log})
+		done <- started{s, err}
+	}()
+	select {
+	case <-waiting:
+	case r := <-done:
+		t.Fatalf("with no server up, startStack returned (err %v) instead of waiting", r.err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("startStack neither waited nor returned")
+	}
+
+	srv, err := natsd.Start(natsd.Config{Listen: addr, StoreDir: t.TempDir(), SyncInterval: "2m", Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Shutdown()
+	var r started
+	select {
+	case r = <-done:
+	case <-time.After(60 * time.Second):
+		t.Fatal("startStack did not connect within 60s of the server starting")
+	}
+	if r.err != nil {
+		t.Fatalf("startStack after the server came up: %v", r.err)
+	}
+	defer r.s.close(context.Background())
+	if _, err := r.s.js.Stream(t.Context(), journal.StreamEvents); err != nil {
+		t.Errorf("the layout was not ensured once connected: %v", err)
 	}
 }
