@@ -176,6 +176,23 @@ func (p *Pool) decide(ctx context.Context, msg jetstream.Msg) (outcome, string) 
 	case err != nil:
 		return retry, ""
 	}
+	if entry.Pending() && (c == nil || c.Request == nil || c.Request.Round < entry.Round) {
+		// The question's entry is written before its event, so that an
+		// approver reacting to the event finds it pending; a worker that
+		// stopped in between left an entry (listed by loopgate pending)
+		// for a question the run's events do not hold. Deciding it as it
+		// is would record an answer to a question never asked: a trail
+		// that no longer folds. Ask it first, from the entry, if it is
+		// the question the run is waiting to ask.
+		asked, err := r.askRecorded(ctx, entry)
+		switch {
+		case err != nil:
+			return appendFailed(err)
+		case !asked:
+			return reject(approvals.RejectNoRequest, "the run never asked this question and is not about to: its entry was left by a worker that stopped before asking", m, nil)
+		}
+		c = st.Call(callID)
+	}
 	awaiting := c != nil && c.Awaiting() && entry.Round == c.Request.Round
 	if !entry.Pending() && entry.DecisionSeq == seq {
 		// This very message decided the entry, and its handler died before

@@ -27,10 +27,7 @@ func (r *run) requestHuman(ctx context.Context, c *events.CallState, kind approv
 			return r.finish(ctx, s, nil)
 		}
 	}
-	round := 1
-	if c.Request != nil {
-		round = c.Request.Round + 1
-	}
+	round := nextRound(c)
 	why := fmt.Sprintf("%s is a %s tool: a human must approve these exact arguments", c.Call.Tool, m.Permission)
 	if !m.NeedsApproval() {
 		why = fmt.Sprintf("taint: this run read tool output flagged as possible prompt injection (calls %s); every write now needs a human's approval", strings.Join(r.st.Tainted, ", "))
@@ -69,6 +66,53 @@ func (r *run) requestHuman(ctx context.Context, c *events.CallState, kind approv
 		return err
 	}
 	return r.park(ctx, c)
+}
+
+// askRecorded appends the question of a pending entry that the run's
+// events do not hold yet, when it is exactly the question the run would
+// ask next: the entry's call is the run's next call, it needs a human of
+// the entry's kind, the entry's round is the next one and its args hash
+// is the validated call's. It reports whether it asked.
+//
+// The entry is written just before the question's event (requestHuman);
+// a worker that stopped in between leaves it behind, and an approver may
+// answer it before the run's message comes back to a worker. A worker
+// still alive in between loses its own append of the question to this one
+// (ErrConflict), reloads and finds the question asked.
+func (r *run) askRecorded(ctx context.Context, e approvals.Entry) (bool, error) {
+	if r.st.Finished != nil || e.Step != r.st.CurrentStep {
+		return false, nil
+	}
+	c, act := r.nextCall()
+	want := map[approvals.Kind]action{approvals.KindApproval: actRequestApproval, approvals.KindNeedsHuman: actRequestHuman}[e.Kind]
+	if c == nil || c.Call.ID != e.CallID || act != want || e.Round != nextRound(c) || e.ArgsHash != c.Validated.ArgsHash {
+		return false, nil
+	}
+	q := events.ApprovalRequestedData{
+		Kind:        string(e.Kind),
+		Round:       e.Round,
+		Tool:        c.Call.Tool,
+		Args:        c.Validated.Args,
+		ArgsHash:    e.ArgsHash,
+		OperationID: e.OperationID,
+		Principal:   e.Principal,
+		Why:         e.Why,
+		ExpiresAt:   e.ExpiresAt,
+		Attempt:     c.Attempts(),
+	}
+	if err := r.append(ctx, events.TypeApprovalRequested, r.st.CurrentStep, c.Call.ID, c.Call.Tool, q); err != nil {
+		return false, err
+	}
+	r.log.InfoContext(ctx, "asked a question its worker recorded and stopped before asking", "call_id", c.Call.ID, "round", e.Round)
+	return true, nil
+}
+
+// nextRound is the round of the next question about call c.
+func nextRound(c *events.CallState) int {
+	if c.Request == nil {
+		return 1
+	}
+	return c.Request.Round + 1
 }
 
 // entry is the pending KV entry of question q about call callID.

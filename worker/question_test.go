@@ -1,0 +1,111 @@
+package worker_test
+
+import (
+	"errors"
+	"runtime"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/loopgate/loopgate/approvals"
+	"github.com/loopgate/loopgate/events"
+	"github.com/loopgate/loopgate/journal"
+)
+
+// A worker writes a question's pending entry just before the question's
+// event. One that dies in between leaves an entry that loopgate pending
+// lists, for a question the run's events do not hold. An approver who
+// answers it before the run's message comes back to a worker must not
+// make the trail record an answer to a question never asked (it would no
+// longer fold, and the run could neither go on nor be stopped), and the
+// answer must not be lost: the approvals handler asks the question from
+// the entry, then decides it. (Found by killing worker processes under
+// load while an approver answered from loopgate pending.)
+func TestAnAnswerToAQuestionItsWorkerDiedBeforeAskingIsDecided(t *testing.T) {
+	t.Parallel()
+	var died atomic.Bool
+	o := oneDraft(t, "drafted")
+	// The run's message comes back long after the answer is handled.
+	o.layout = journal.Layout{AckWait: 20 * time.Second}
+	o.crash = func(point string) {
+		if point == "before:approval_requested" && died.CompareAndSwap(false, true) {
+			runtime.Goexit() // this worker is gone, its message unsettled
+		}
+	}
+	b := setup(t, o)
+	runID := b.submit(task("unasked-1", "one-draft"))
+	e := waitEntry(t, b, runID, "s1c1")
+	if !died.Load() || !e.Pending() {
+		t.Fatalf("entry %+v (worker died: %v): want a pending entry left by the worker that died", e, died.Load())
+	}
+	b.publishApproval(runID, "s1c1", e.ArgsHash, "approve", "supervisor@cityops", "ok")
+
+	evs := b.waitEnd(runID)
+	assertTrail(t, evs, []string{"started", "proposed", "validated:ok(draft_escalation)", "approval_requested(draft_escalation)",
+		"approved:approve(draft_escalation)", "executing(draft_escalation)", "executed:ok(draft_escalation)", "observed(draft_escalation)",
+		"proposed:final", "finished:done"})
+	q := last[events.ApprovalRequestedData](t, evs, events.TypeApprovalRequested)
+	if q.ArgsHash != e.ArgsHash || q.Round != 1 || q.OperationID != e.OperationID || !q.ExpiresAt.Equal(e.ExpiresAt) {
+		t.Errorf("question asked from the entry: %+v, want the entry's args hash, round 1, operation id and expiry (%+v)", q, e)
+	}
+	if files := outboxFiles(t, b.outbox); len(files) != 1 {
+		t.Errorf("drafts %v, want exactly one", files)
+	}
+}
+
+// An entry for a call the run is not about to ask about (here: a call the
+// run never proposed) is not decided: the answer is recorded as
+// approval_rejected no_such_request, and the run goes on as before.
+func TestAnAnswerToAStrayEntryIsRejected(t *testing.T) {
+	t.Parallel()
+	b := setup(t, oneDraft(t, "drafted"))
+	runID, q := draftRun(t, b, "stray-1")
+	kv, err := b.env.JS.KeyValue(t.Context(), journal.BucketApprovals)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stray := pendingEntry(t, b, runID, "s1c1")
+	stray.CallID = "s1c9"
+	if err := approvals.NewStore(kv).Request(t.Context(), stray); err != nil {
+		t.Fatal(err)
+	}
+	b.publishApproval(runID, "s1c9", stray.ArgsHash, "approve", "supervisor@cityops", "ok")
+	rej := b.waitType(runID, events.TypeApprovalRejected, 1)
+	var d events.ApprovalRejectedData
+	if err := rej.Decode(&d); err != nil {
+		t.Fatal(err)
+	}
+	if rej.CallID != "s1c9" || d.Class != approvals.RejectNoRequest {
+		t.Errorf("answer to the stray entry: %s %+v, want approval_rejected %s for s1c9", rej.CallID, d, approvals.RejectNoRequest)
+	}
+
+	b.publishApproval(runID, "s1c1", q.ArgsHash, "approve", "supervisor@cityops", "ok")
+	evs := b.waitEnd(runID)
+	assertTrail(t, evs, []string{"started", "proposed", "validated:ok(draft_escalation)", "approval_requested(draft_escalation)", "parked",
+		"approval_rejected:no_such_request", "approved:approve(draft_escalation)", "executing(draft_escalation)", "executed:ok(draft_escalation)",
+		"observed(draft_escalation)", "proposed:final", "finished:done"})
+	if _, err := events.Fold(evs); err != nil {
+		t.Errorf("the trail does not fold: %v", err)
+	}
+}
+
+// waitEntry waits for the call's approvals entry.
+func waitEntry(t *testing.T, b *bundle, runID, callID string) approvals.Entry {
+	t.Helper()
+	kv, err := b.env.JS.KeyValue(t.Context(), journal.BucketApprovals)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := approvals.NewStore(kv)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		e, _, err := store.Get(t.Context(), runID, callID)
+		if err == nil {
+			return e
+		}
+		if !errors.Is(err, approvals.ErrNotFound) || time.Now().After(deadline) {
+			t.Fatalf("approvals entry %s/%s: %v", runID, callID, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
