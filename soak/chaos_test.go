@@ -13,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/loopgate/loopgate/events"
 )
 
 const (
@@ -74,6 +76,10 @@ func TestRandomKillsUnderLoad(t *testing.T) {
 	startNth(1)
 	_, js := connect(t, urls)
 	ap := startApprover(t, js)
+	// Half the runs are answered from loopgate_approvals as soon as a
+	// question's entry appears, before its event (answerEntries): with
+	// workers killed between the two, that answer must still be decided.
+	ap.answerEntries(func(runID string) bool { return strings.ContainsRune("02468ace", rune(runID[len(runID)-1])) })
 
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Minute)
 	defer cancel()
@@ -182,6 +188,12 @@ func TestRandomKillsUnderLoad(t *testing.T) {
 	fmt.Fprintf(&b, "\nchaos soak: %d runs at %d/s, 3 nats-servers (R3, sync always), 2 worker processes x %d workers, ack-wait %s, seed %d\n",
 		chaosRuns, chaosPace, workersPerProc, ackWait, seed)
 	fmt.Fprintf(&b, "  all done in %s; %d worker processes killed and replaced, nats-server %s down %s\n", total.Round(time.Millisecond), workerKills, downNode.name, chaosNodeDown)
+	early := 0
+	for _, evs := range v.all {
+		early += answeredBeforeParked(evs)
+	}
+	fmt.Fprintf(&b, "  approvals %d, %d of them sent as the question's entry appeared; decided before the run parked on the question: %d\n",
+		ap.approvalCount(), ap.eagerCount(), early)
 	fmt.Fprintf(&b, "  events %d (%d beyond the %d of undisturbed runs); drafts %d, renamed into place more than once %d; draft writes begun %d (a write killed before its rename leaves a temp file: %d left)\n",
 		totalEvents, totalEvents-chaosRuns*happyEvents, chaosRuns*happyEvents, ov.drafts, ov.twice, ov.tempWrites, len(ov.leftovers))
 	keys := make([]string, 0, len(notables))
@@ -198,4 +210,30 @@ func TestRandomKillsUnderLoad(t *testing.T) {
 	if len(problems) > 0 {
 		t.Fatalf("%d problems:\n%s", len(problems), strings.Join(problems[:min(len(problems), 60)], "\n"))
 	}
+}
+
+// answeredBeforeParked counts a run's questions decided before the run
+// parked on them: the answer came before the worker's parked event (which
+// then lost its append), or before the question's event itself, which the
+// approvals handler then appended from the entry.
+func answeredBeforeParked(evs []stored) int {
+	n := 0
+	parked := map[string]bool{} // by call, since its latest question
+	for _, e := range evs {
+		switch e.Type {
+		case events.TypeApprovalRequested:
+			parked[e.CallID] = false
+		case events.TypeParked:
+			var d events.ParkedData
+			_ = e.Decode(&d)
+			for _, c := range d.Awaiting {
+				parked[c] = true
+			}
+		case events.TypeApproved:
+			if !parked[e.CallID] {
+				n++
+			}
+		}
+	}
+	return n
 }

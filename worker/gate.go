@@ -103,7 +103,7 @@ func (r *run) askRecorded(ctx context.Context, e approvals.Entry) (bool, error) 
 	if err := r.append(ctx, events.TypeApprovalRequested, r.st.CurrentStep, c.Call.ID, c.Call.Tool, q); err != nil {
 		return false, err
 	}
-	r.log.InfoContext(ctx, "asked a question its worker recorded and stopped before asking", "call_id", c.Call.ID, "round", e.Round)
+	r.log.InfoContext(ctx, "asked the question of a pending entry the run did not hold yet", "call_id", c.Call.ID, "round", e.Round)
 	return true, nil
 }
 
