@@ -235,8 +235,17 @@ func (p *Pool) decide(ctx context.Context, msg jetstream.Msg) (outcome, string) 
 	if err := p.approvals.Decide(ctx, entry, rev); err != nil {
 		if errors.Is(err, approvals.ErrLost) {
 			cur, _, gerr := p.approvals.Get(ctx, runID, callID)
-			if gerr != nil {
+			switch {
+			case gerr != nil:
 				return retry, ""
+			case cur.Pending() || cur.DecisionSeq == seq:
+				// Our read of the entry was behind its last write: on a
+				// cluster a bucket's reads may be answered by a follower.
+				// The write may even be this message's own decision, made
+				// on an earlier pass whose approved event lost an append
+				// race (make soak saw that message rejected as
+				// not_pending by itself). Decide again from fresh reads.
+				return again, ""
 			}
 			return reject(approvals.RejectNotPending, "already decided: "+string(cur.Decision)+" by "+cur.DecidedBy, m, nil)
 		}
