@@ -831,7 +831,11 @@ type stored struct {
 // settling after a node died) is started over, a few times.
 func readEvents(ctx context.Context, js jetstream.JetStream, filter string) (map[string][]stored, error) {
 	var err error
-	for range 5 {
+	// Up to 30 tries a second apart: after a nats-server was killed and
+	// started again, make soak once saw five reads in a row answered "no
+	// responders" (a just-made consumer's first pull, or the JetStream API
+	// of a server still catching up).
+	for range 30 {
 		var out map[string][]stored
 		if out, err = readEventsOnce(ctx, js, filter); err == nil {
 			return out, nil
