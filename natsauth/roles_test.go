@@ -289,6 +289,8 @@ func TestAuditorReadsEventsAndNothingElse(t *testing.T) {
 	})
 	direct := "$JS.API.DIRECT.GET.KV_loopgate_approvals.$KV.loopgate_approvals." + approvals.Key(s.runID, callID)
 	c.deniedPublish(t, direct, c.jsRequest(direct, ""))
+	leader := "$JS.API.STREAM.MSG.GET.KV_loopgate_approvals"
+	c.deniedPublish(t, leader, c.jsRequest(leader, `{"last_by_subj":"$KV.loopgate_approvals.`+approvals.Key(s.runID, callID)+`"}`))
 	for _, stream := range []string{journal.StreamWork, journal.StreamApprovals} {
 		c.deniedPublish(t, "$JS.API.STREAM.INFO."+stream, func(ctx context.Context) error {
 			_, err := c.js.Stream(ctx, stream)
@@ -339,7 +341,7 @@ func TestWorkerMayDeadLetterAndReadEveryBucket(t *testing.T) {
 		t.Errorf("remove a work message as worker: %v", err)
 	}
 	// Idempotency records are read when a write's outcome is in doubt.
-	for _, bucket := range []string{journal.BucketApprovals, journal.BucketIdempotency, journal.BucketRuns} {
+	for _, bucket := range []string{journal.BucketApprovals, journal.BucketIdempotency, journal.BucketSessions, journal.BucketRuns} {
 		kv, err := c.js.KeyValue(ctx, bucket)
 		if err != nil {
 			t.Fatalf("open %s as worker: %v", bucket, err)
