@@ -118,6 +118,7 @@ const (
 	RejectUnsigned     = "unsigned"           // the policy requires signatures and the message has none
 	RejectBadSignature = "bad_signature"      // the signature does not verify against the approver's configured key, or they have none
 	RejectStale        = "stale_signature"    // signed longer ago than the window before it arrived (a replay), or in the future
+	RejectUndecided    = "undecided"          // no worker could handle the message in all its deliveries (the run or the entry could not be read or written); publish it again
 )
 
 // Policy is what Check needs to know about the approver.

@@ -85,6 +85,9 @@ func (p *Pool) handleApproval(ctx context.Context, msg jetstream.Msg) {
 		return
 	}
 	o, reason := p.decideSafely(ctx, msg)
+	if o == retry && p.lastDelivery(msg) {
+		o, reason = p.undecided(ctx, msg)
+	}
 	if err := settle(msg, o, reason, p.opts.RetryDelay); err != nil {
 		p.log.WarnContext(ctx, "settle approval message", "subject", msg.Subject(), "err", err)
 	}
@@ -103,6 +106,54 @@ func (p *Pool) decideSafely(ctx context.Context, msg jetstream.Msg) (o outcome, 
 		}
 	}
 	return retry, ""
+}
+
+// undecided records an approval message that failed its last delivery as
+// approval_rejected undecided in its run's trail and settles it. JetStream
+// will not deliver it again; without the record it would vanish, and the
+// approver would see nothing happen, nowhere.
+func (p *Pool) undecided(ctx context.Context, msg jetstream.Msg) (outcome, string) {
+	tenant, runID, callID, err := parseApprovalSubject(msg.Subject())
+	if err != nil {
+		return rejected, err.Error()
+	}
+	meta, err := msg.Metadata()
+	if err != nil {
+		return retry, ""
+	}
+	detail := fmt.Sprintf("no worker could decide this message in %d deliveries (the run or its approval entry could not be read or written); publish the decision again", meta.NumDelivered)
+	dropped := func(err error) (outcome, string) {
+		p.log.ErrorContext(ctx, "approval message dropped: not decided in all its deliveries, and not recorded in its run", "subject", msg.Subject(), "approval_seq", meta.Sequence.Stream, "err", err)
+		return rejected, detail
+	}
+	evs, last, err := p.journal.Load(ctx, tenant, runID)
+	if err != nil {
+		return dropped(err)
+	}
+	st, err := events.Fold(evs)
+	if err != nil {
+		return dropped(err)
+	}
+	if st.Started == nil {
+		return dropped(errors.New("no such run"))
+	}
+	r, err := p.newRun(st, last, st.Started.Task, st.Started.Limits)
+	if err != nil {
+		return dropped(err)
+	}
+	d := events.ApprovalRejectedData{Class: approvals.RejectUndecided, Detail: detail, ApprovalSeq: meta.Sequence.Stream}
+	if m, _ := p.parseApproval(msg.Data()); m != nil {
+		d.Decision, d.Approver, d.ArgsHash = string(m.Decision), m.Approver.ID, m.ArgsHash
+	}
+	tool := ""
+	if c := st.Call(callID); c != nil {
+		tool = c.Call.Tool
+	}
+	if err := r.append(ctx, events.TypeApprovalRejected, st.CurrentStep, callID, tool, d); err != nil {
+		return dropped(err)
+	}
+	r.log.ErrorContext(ctx, "approval message not decided in all its deliveries; recorded as approval_rejected undecided", "call_id", callID, "approval_seq", meta.Sequence.Stream)
+	return settled, ""
 }
 
 // again means an append lost a race with another writer of the run (its

@@ -109,3 +109,52 @@ func waitEntry(t *testing.T, b *bundle, runID, callID string) approvals.Entry {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// An approval message that no worker can decide in all its deliveries is
+// recorded in its run's trail as approval_rejected undecided, not dropped
+// in silence once JetStream stops delivering it. Here the question's entry
+// is gone from the bucket (deleted, as if lost), so every delivery is
+// handed back for later.
+func TestAnApprovalNoWorkerCanDecideIsRecordedAsUndecided(t *testing.T) {
+	t.Parallel()
+	o := oneDraft(t, "drafted")
+	o.layout = journal.Layout{MaxDeliver: 2, AckWait: time.Second}
+	o.retry = 20 * time.Millisecond
+	b := setup(t, o)
+	runID, q := draftRun(t, b, "undecided-1")
+	kv, err := b.env.JS.KeyValue(t.Context(), journal.BucketApprovals)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := kv.Delete(t.Context(), approvals.Key(runID, "s1c1")); err != nil {
+		t.Fatal(err)
+	}
+	seq := b.publishApproval(runID, "s1c1", q.ArgsHash, "approve", "supervisor@cityops", "ok")
+
+	rej := b.waitType(runID, events.TypeApprovalRejected, 1)
+	var d events.ApprovalRejectedData
+	if err := rej.Decode(&d); err != nil {
+		t.Fatal(err)
+	}
+	if d.Class != approvals.RejectUndecided || d.ApprovalSeq != seq || d.Approver != "supervisor@cityops" || d.Decision != "approve" || rej.CallID != "s1c1" {
+		t.Errorf("recorded %s %+v, want approval_rejected %s of message %d (approve by supervisor@cityops) on s1c1", rej.CallID, d, approvals.RejectUndecided, seq)
+	}
+	cons, err := b.env.JS.Consumer(t.Context(), journal.StreamApprovals, journal.ConsumerApprovals)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		info, err := cons.Info(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.NumAckPending == 0 && info.NumPending == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the message is still pending: %d ack pending, %d pending", info.NumAckPending, info.NumPending)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
