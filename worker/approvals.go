@@ -141,19 +141,26 @@ func (p *Pool) undecided(ctx context.Context, msg jetstream.Msg) (outcome, strin
 	if err != nil {
 		return dropped(err)
 	}
+	m, _ := p.parseApproval(msg.Data())
 	d := events.ApprovalRejectedData{Class: approvals.RejectUndecided, Detail: detail, ApprovalSeq: meta.Sequence.Stream}
-	if m, _ := p.parseApproval(msg.Data()); m != nil {
-		d.Decision, d.Approver, d.ArgsHash = string(m.Decision), m.Approver.ID, m.ArgsHash
-	}
-	tool := ""
-	if c := st.Call(callID); c != nil {
-		tool = c.Call.Tool
-	}
-	if err := r.append(ctx, events.TypeApprovalRejected, st.CurrentStep, callID, tool, d); err != nil {
+	if err := r.recordRejection(ctx, callID, d, m); err != nil {
 		return dropped(err)
 	}
 	r.log.ErrorContext(ctx, "approval message not decided in all its deliveries; recorded as approval_rejected undecided", "call_id", callID, "approval_seq", meta.Sequence.Stream)
 	return settled, ""
+}
+
+// recordRejection appends d, about a message that decided nothing, to the
+// run's trail, with what could be read of the message (m; nil: nothing).
+func (r *run) recordRejection(ctx context.Context, callID string, d events.ApprovalRejectedData, m *approvals.Message) error {
+	if m != nil {
+		d.Decision, d.Approver, d.ArgsHash = string(m.Decision), m.Approver.ID, m.ArgsHash
+	}
+	tool := ""
+	if c := r.st.Call(callID); c != nil {
+		tool = c.Call.Tool
+	}
+	return r.append(ctx, events.TypeApprovalRejected, r.st.CurrentStep, callID, tool, d)
 }
 
 // again means an append lost a race with another writer of the run (its
@@ -195,17 +202,14 @@ func (p *Pool) decide(ctx context.Context, msg jetstream.Msg) (outcome, string) 
 	}
 	reject := func(class, detail string, m *approvals.Message, errs []events.FieldError) (outcome, string) {
 		d := events.ApprovalRejectedData{Class: class, Detail: detail, Errors: errs, ApprovalSeq: seq}
-		if m != nil {
-			d.Decision, d.Approver, d.ArgsHash = string(m.Decision), m.Approver.ID, m.ArgsHash
-		}
-		tool := ""
-		if c := st.Call(callID); c != nil {
-			tool = c.Call.Tool
-		}
-		if err := r.append(ctx, events.TypeApprovalRejected, st.CurrentStep, callID, tool, d); err != nil {
+		if err := r.recordRejection(ctx, callID, d, m); err != nil {
 			return appendFailed(err)
 		}
-		r.log.WarnContext(ctx, "approval rejected", "call_id", callID, "class", class, "detail", detail, "approver", d.Approver)
+		approver := ""
+		if m != nil {
+			approver = m.Approver.ID
+		}
+		r.log.WarnContext(ctx, "approval rejected", "call_id", callID, "class", class, "detail", detail, "approver", approver)
 		return settled, ""
 	}
 
