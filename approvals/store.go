@@ -41,36 +41,39 @@ func (s *Store) Get(ctx context.Context, runID, callID string) (Entry, uint64, e
 	return e, kve.Revision(), nil
 }
 
-// Request makes e (pending) the call's entry. It is idempotent: an entry
-// already pending for the same round is left as is. A later round (an
+// Request makes e (pending) the call's entry and returns the entry as
+// stored. It is idempotent: an entry already there for the same round,
+// pending or decided, is left as is and returned (a worker that died after
+// writing it and before asking its question left it; the question asked
+// now must be the one it holds, expiry included). A later round (an
 // unknown outcome after an approval) replaces a decided entry by
 // compare-and-set.
-func (s *Store) Request(ctx context.Context, e Entry) error {
+func (s *Store) Request(ctx context.Context, e Entry) (Entry, error) {
 	e.State = StatePending
 	b, err := json.Marshal(e)
 	if err != nil {
-		return err
+		return Entry{}, err
 	}
 	key := Key(e.RunID, e.CallID)
 	if _, err := s.kv.Create(ctx, key, b); err == nil {
-		return nil
+		return e, nil
 	} else if !errors.Is(err, jetstream.ErrKeyExists) {
-		return fmt.Errorf("create approval %s: %w", key, err)
+		return Entry{}, fmt.Errorf("create approval %s: %w", key, err)
 	}
 	cur, rev, err := s.Get(ctx, e.RunID, e.CallID)
 	if err != nil {
-		return err
+		return Entry{}, err
 	}
 	switch {
 	case cur.Round == e.Round:
-		return nil // this request is already recorded, pending or decided
+		return cur, nil // this request is already recorded, pending or decided
 	case cur.Round > e.Round:
-		return fmt.Errorf("approval %s: round %d is behind the stored round %d", key, e.Round, cur.Round)
+		return Entry{}, fmt.Errorf("approval %s: round %d is behind the stored round %d", key, e.Round, cur.Round)
 	}
 	if _, err := s.kv.Update(ctx, key, b, rev); err != nil {
-		return fmt.Errorf("request approval %s round %d: %w", key, e.Round, ErrLost)
+		return Entry{}, fmt.Errorf("request approval %s round %d: %w", key, e.Round, ErrLost)
 	}
-	return nil
+	return e, nil
 }
 
 // Decide writes a decided entry if the entry is still at rev: the

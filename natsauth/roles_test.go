@@ -62,7 +62,7 @@ func seed(t *testing.T, b *bundle) seeded {
 	s.entry = approvals.Entry{Kind: approvals.KindApproval, Round: 1, Tenant: tenant, RunID: s.runID, CallID: callID,
 		Step: 1, Tool: "draft_escalation", Args: json.RawMessage(`{"request_id":"SR-10421"}`), ArgsHash: "sha256:00",
 		OperationID: "op-1", Principal: "dev@cityops", RequestedAt: at, ExpiresAt: at.Add(time.Hour)}
-	if err := approvals.NewStore(kv).Request(ctx, s.entry); err != nil {
+	if _, err := approvals.NewStore(kv).Request(ctx, s.entry); err != nil {
 		t.Fatalf("request approval as worker: %v", err)
 	}
 	w.noViolations(t)

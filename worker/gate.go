@@ -56,9 +56,14 @@ func (r *run) requestHuman(ctx context.Context, c *events.CallState, kind approv
 	if err := r.flush(ctx); err != nil {
 		return err
 	}
-	if err := r.p.approvals.Request(ctx, r.entry(c.Call.ID, q)); err != nil {
+	stored, err := r.p.approvals.Request(ctx, r.entry(c.Call.ID, q))
+	if err != nil {
 		return err
 	}
+	// An entry of this round left by a worker that died before asking:
+	// ask exactly what it holds, so that its expiry (which decisions are
+	// checked against) is the question's.
+	q.ExpiresAt = stored.ExpiresAt
 	if err := r.append(ctx, events.TypeApprovalRequested, r.st.CurrentStep, c.Call.ID, c.Call.Tool, q); err != nil {
 		return err
 	}
@@ -151,7 +156,7 @@ func (r *run) wait(ctx context.Context, c *events.CallState) error {
 		return r.expire(ctx, c)
 	}
 	if !r.st.IsParked {
-		if err := r.p.approvals.Request(ctx, r.entry(c.Call.ID, *q)); err != nil {
+		if _, err := r.p.approvals.Request(ctx, r.entry(c.Call.ID, *q)); err != nil {
 			return err
 		}
 		return r.park(ctx, c)

@@ -66,7 +66,7 @@ func TestAnAnswerToAStrayEntryIsRejected(t *testing.T) {
 	}
 	stray := pendingEntry(t, b, runID, "s1c1")
 	stray.CallID = "s1c9"
-	if err := approvals.NewStore(kv).Request(t.Context(), stray); err != nil {
+	if _, err := approvals.NewStore(kv).Request(t.Context(), stray); err != nil {
 		t.Fatal(err)
 	}
 	b.publishApproval(runID, "s1c9", stray.ArgsHash, "approve", "supervisor@cityops", "ok")
@@ -157,4 +157,37 @@ func TestAnApprovalNoWorkerCanDecideIsRecordedAsUndecided(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// The worker that takes up a run whose previous worker died between the
+// question's entry and its event asks the question the entry holds: the
+// event's expiry is the entry's, the one decisions are checked against,
+// not a new one from the time it asks again.
+func TestAQuestionAskedAgainKeepsItsEntrysExpiry(t *testing.T) {
+	t.Parallel()
+	var died atomic.Bool
+	o := oneDraft(t, "drafted")
+	o.layout = journal.Layout{AckWait: time.Second}
+	o.crash = func(point string) {
+		if point == "before:approval_requested" && died.CompareAndSwap(false, true) {
+			runtime.Goexit() // this worker is gone, its message unsettled
+		}
+	}
+	b := setup(t, o)
+	runID := b.submit(task("asked-again-1", "one-draft"))
+	e := waitEntry(t, b, runID, "s1c1")
+	// The message comes back after AckWait to the other worker, which
+	// asks the question and parks the run.
+	b.waitType(runID, events.TypeParked, 1)
+	var q events.ApprovalRequestedData
+	asked := b.waitType(runID, events.TypeApprovalRequested, 1)
+	if err := asked.Decode(&q); err != nil {
+		t.Fatal(err)
+	}
+	if !died.Load() || !q.ExpiresAt.Equal(e.ExpiresAt) || q.ArgsHash != e.ArgsHash {
+		t.Errorf("question asked again: expires %s, args hash %s; the entry left: expires %s, args hash %s (worker died: %v)",
+			q.ExpiresAt, q.ArgsHash, e.ExpiresAt, e.ArgsHash, died.Load())
+	}
+	b.publishApproval(runID, "s1c1", q.ArgsHash, "approve", "supervisor@cityops", "ok")
+	assertTrail(t, b.waitEnd(runID), concat([]string{"started"}, gatedStep("draft_escalation"), []string{"proposed:final", "finished:done"}))
 }
