@@ -79,24 +79,41 @@ func laneOf(subject string, lanes int) int {
 	return int(h.Sum32() % uint32(lanes))
 }
 
+// approvalMsg is what deciding an approval message needs of it: the
+// message as delivered, or as read back from the stream after it ran out
+// of deliveries.
+type approvalMsg struct {
+	subject    string
+	data       []byte
+	seq        uint64    // its sequence in LOOPGATE_APPROVALS
+	received   time.Time // when the stream stored it
+	deliveries uint64
+}
+
 func (p *Pool) handleApproval(ctx context.Context, msg jetstream.Msg) {
 	if p.stopping() {
 		_ = msg.NakWithDelay(time.Second)
 		return
 	}
-	o, reason := p.decideSafely(ctx, msg)
+	meta, err := msg.Metadata()
+	if err != nil {
+		_ = msg.NakWithDelay(p.opts.RetryDelay)
+		return
+	}
+	am := approvalMsg{subject: msg.Subject(), data: msg.Data(), seq: meta.Sequence.Stream, received: meta.Timestamp, deliveries: meta.NumDelivered}
+	o, reason := p.decideSafely(ctx, am)
 	if o == retry && p.lastDelivery(msg) {
-		o, reason = p.undecided(ctx, msg)
+		o, reason = p.undecided(ctx, am)
 	}
 	if err := settle(msg, o, reason, p.opts.RetryDelay); err != nil {
 		p.log.WarnContext(ctx, "settle approval message", "subject", msg.Subject(), "err", err)
 	}
 }
 
-func (p *Pool) decideSafely(ctx context.Context, msg jetstream.Msg) (o outcome, reason string) {
+func (p *Pool) decideSafely(ctx context.Context, msg approvalMsg) (o outcome, reason string) {
 	defer func() {
 		if v := recover(); v != nil {
-			p.log.ErrorContext(ctx, "approval handling panicked; message will be redelivered", "subject", msg.Subject(), "panic", v)
+			p.log.ErrorContext(ctx, "approval handling panicked; message will be redelivered", "subject", msg.subject, "panic", v)
 			o = retry
 		}
 	}()
@@ -112,18 +129,14 @@ func (p *Pool) decideSafely(ctx context.Context, msg jetstream.Msg) (o outcome, 
 // approval_rejected undecided in its run's trail and settles it. JetStream
 // will not deliver it again; without the record it would vanish, and the
 // approver would see nothing happen, nowhere.
-func (p *Pool) undecided(ctx context.Context, msg jetstream.Msg) (outcome, string) {
-	tenant, runID, callID, err := parseApprovalSubject(msg.Subject())
+func (p *Pool) undecided(ctx context.Context, msg approvalMsg) (outcome, string) {
+	tenant, runID, callID, err := parseApprovalSubject(msg.subject)
 	if err != nil {
 		return rejected, err.Error()
 	}
-	meta, err := msg.Metadata()
-	if err != nil {
-		return retry, ""
-	}
-	detail := fmt.Sprintf("no worker could decide this message in %d deliveries (the run or its approval entry could not be read or written); publish the decision again", meta.NumDelivered)
+	detail := fmt.Sprintf("no worker could decide this message in %d deliveries (the run or its approval entry could not be read or written, or its worker died each time); publish the decision again", msg.deliveries)
 	dropped := func(err error) (outcome, string) {
-		p.log.ErrorContext(ctx, "approval message dropped: not decided in all its deliveries, and not recorded in its run", "subject", msg.Subject(), "approval_seq", meta.Sequence.Stream, "err", err)
+		p.log.ErrorContext(ctx, "approval message dropped: not decided in all its deliveries, and not recorded in its run", "subject", msg.subject, "approval_seq", msg.seq, "err", err)
 		return rejected, detail
 	}
 	evs, last, err := p.journal.Load(ctx, tenant, runID)
@@ -137,17 +150,38 @@ func (p *Pool) undecided(ctx context.Context, msg jetstream.Msg) (outcome, strin
 	if st.Started == nil {
 		return dropped(errors.New("no such run"))
 	}
+	if approved, rejected := recorded(evs, msg.seq); approved || rejected {
+		return settled, "" // the run says what it did after all (another pool got there)
+	}
 	r, err := p.newRun(st, last, st.Started.Task, st.Started.Limits)
 	if err != nil {
 		return dropped(err)
 	}
-	m, _ := p.parseApproval(msg.Data())
-	d := events.ApprovalRejectedData{Class: approvals.RejectUndecided, Detail: detail, ApprovalSeq: meta.Sequence.Stream}
+	m, _ := p.parseApproval(msg.data)
+	d := events.ApprovalRejectedData{Class: approvals.RejectUndecided, Detail: detail, ApprovalSeq: msg.seq}
 	if err := r.recordRejection(ctx, callID, d, m); err != nil {
 		return dropped(err)
 	}
-	r.log.ErrorContext(ctx, "approval message not decided in all its deliveries; recorded as approval_rejected undecided", "call_id", callID, "approval_seq", meta.Sequence.Stream)
+	r.log.ErrorContext(ctx, "approval message not decided in all its deliveries; recorded as approval_rejected undecided", "call_id", callID, "approval_seq", msg.seq)
 	return settled, ""
+}
+
+// recorded reports whether a run's events record what approval message
+// seq did: an approved event or an approval_rejected event naming it.
+func recorded(evs []events.Event, seq uint64) (approved, rejected bool) {
+	for i := range evs {
+		e := &evs[i]
+		if e.Type != events.TypeApproved && e.Type != events.TypeApprovalRejected {
+			continue
+		}
+		var d struct {
+			ApprovalSeq uint64 `json:"approval_seq"`
+		}
+		if e.Decode(&d) == nil && d.ApprovalSeq == seq {
+			approved, rejected = approved || e.Type == events.TypeApproved, rejected || e.Type == events.TypeApprovalRejected
+		}
+	}
+	return approved, rejected
 }
 
 // recordRejection appends d, about a message that decided nothing, to the
@@ -172,17 +206,13 @@ const again outcome = -1
 // compare-and-set) and wakes the run, or is recorded in the run's trail as
 // an approval_rejected event naming why. It never executes anything: the
 // woken run executes exactly the call that was approved.
-func (p *Pool) decide(ctx context.Context, msg jetstream.Msg) (outcome, string) {
-	tenant, runID, callID, err := parseApprovalSubject(msg.Subject())
+func (p *Pool) decide(ctx context.Context, msg approvalMsg) (outcome, string) {
+	tenant, runID, callID, err := parseApprovalSubject(msg.subject)
 	if err != nil {
-		p.log.WarnContext(ctx, "approval on a malformed subject dropped", "subject", msg.Subject(), "err", err)
+		p.log.WarnContext(ctx, "approval on a malformed subject dropped", "subject", msg.subject, "err", err)
 		return rejected, err.Error()
 	}
-	meta, err := msg.Metadata()
-	if err != nil {
-		return retry, ""
-	}
-	seq := meta.Sequence.Stream
+	seq := msg.seq
 	evs, last, err := p.journal.Load(ctx, tenant, runID)
 	if err != nil {
 		return retry, ""
@@ -195,6 +225,12 @@ func (p *Pool) decide(ctx context.Context, msg jetstream.Msg) (outcome, string) 
 	if st.Started == nil {
 		p.log.WarnContext(ctx, "approval for an unknown run dropped", "tenant", tenant, "run_id", runID, "call_id", callID, "approval_seq", seq)
 		return rejected, "no such run"
+	}
+	if _, done := recorded(evs, seq); done {
+		// Its rejection is in the trail already: a redelivery after its
+		// handler died before acking, or another pool deciding it after
+		// it ran out of deliveries (decideDeadLetter).
+		return settled, ""
 	}
 	r, err := p.newRun(st, last, st.Started.Task, st.Started.Limits)
 	if err != nil {
@@ -213,7 +249,7 @@ func (p *Pool) decide(ctx context.Context, msg jetstream.Msg) (outcome, string) 
 		return settled, ""
 	}
 
-	m, errs := p.parseApproval(msg.Data())
+	m, errs := p.parseApproval(msg.data)
 	if errs != nil {
 		return reject(approvals.RejectInvalid, "the message does not match schemas/approval.schema.json", m, errs)
 	}
@@ -271,7 +307,7 @@ func (p *Pool) decide(ctx context.Context, msg jetstream.Msg) (outcome, string) 
 		RequireSignature: p.app.Policy.RequireSignatures,
 		PublicKey:        p.app.Policy.Approvers[m.Approver.ID].PublicKey,
 		MaxAge:           p.app.Policy.ApprovalMaxAge.D(),
-		Received:         meta.Timestamp,
+		Received:         msg.received,
 	}, p.now())
 	if class == approvals.RejectExpired && awaiting {
 		if err := r.expire(ctx, c); err != nil && !errors.Is(err, errParked) {

@@ -51,29 +51,75 @@ type maxDeliveriesAdvisory struct {
 	Deliveries uint64 `json:"deliveries"`
 }
 
-// watchMaxDeliveries subscribes every pool to the worker consumer's
-// max-deliveries advisory. Every pool acts on it; the conditional append
-// lets one of them record the stop.
-func (p *Pool) watchMaxDeliveries(ctx context.Context) (*nats.Subscription, error) {
-	subject := "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES." + journal.StreamWork + "." + journal.ConsumerWorkers
-	sub, err := p.js.Conn().Subscribe(subject, func(m *nats.Msg) {
-		// The server's advisories carry no reply subject and name our
-		// stream and consumer; anything else on the subject (a client that
-		// may create push consumers can aim one here) is ignored.
-		var a maxDeliveriesAdvisory
-		if m.Reply != "" {
-			return
+// watchMaxDeliveries subscribes every pool to the max-deliveries
+// advisories of the worker and approvals consumers. Every pool acts on
+// them; conditional appends let one of them record what happened.
+func (p *Pool) watchMaxDeliveries(ctx context.Context) (interface{ Unsubscribe() error }, error) {
+	watch := func(stream, consumer string, act func(context.Context, maxDeliveriesAdvisory)) (*nats.Subscription, error) {
+		subject := "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES." + stream + "." + consumer
+		sub, err := p.js.Conn().Subscribe(subject, func(m *nats.Msg) {
+			// The server's advisories carry no reply subject and name our
+			// stream and consumer; anything else on the subject (a client
+			// that may create push consumers can aim one here) is ignored.
+			var a maxDeliveriesAdvisory
+			if m.Reply != "" {
+				return
+			}
+			if err := json.Unmarshal(m.Data, &a); err != nil || a.StreamSeq == 0 || a.Stream != stream || a.Consumer != consumer {
+				p.log.WarnContext(ctx, "unreadable max-deliveries advisory", "err", err)
+				return
+			}
+			act(ctx, a)
+		})
+		if err != nil {
+			return nil, fmt.Errorf("worker: subscribe to max-deliveries advisories of %s: %w", consumer, err)
 		}
-		if err := json.Unmarshal(m.Data, &a); err != nil || a.StreamSeq == 0 || a.Stream != journal.StreamWork || a.Consumer != journal.ConsumerWorkers {
-			p.log.WarnContext(ctx, "unreadable max-deliveries advisory", "err", err)
-			return
-		}
-		p.deadLetter(ctx, a)
-	})
-	if err != nil {
-		return nil, fmt.Errorf("worker: subscribe to max-deliveries advisories: %w", err)
+		return sub, nil
 	}
-	return sub, nil
+	work, err := watch(journal.StreamWork, journal.ConsumerWorkers, p.deadLetter)
+	if err != nil {
+		return nil, err
+	}
+	approvalsSub, err := watch(journal.StreamApprovals, journal.ConsumerApprovals, p.decideDeadLetter)
+	if err != nil {
+		_ = work.Unsubscribe()
+		return nil, err
+	}
+	return unsubscribers{work, approvalsSub}, nil
+}
+
+// unsubscribers unsubscribes several subscriptions as one.
+type unsubscribers []*nats.Subscription
+
+func (u unsubscribers) Unsubscribe() error {
+	var errs []error
+	for _, s := range u {
+		errs = append(errs, s.Unsubscribe())
+	}
+	return errors.Join(errs...)
+}
+
+// decideDeadLetter gives an approval message that exhausted its
+// deliveries with no worker settling it (its handler's process died each
+// time, say) one more decision, read back from the stream; what that
+// cannot decide is recorded as undecided. Without it the message would
+// stay in the stream, its run saying nothing of it.
+func (p *Pool) decideDeadLetter(ctx context.Context, a maxDeliveriesAdvisory) {
+	stream, err := p.js.Stream(ctx, journal.StreamApprovals)
+	if err != nil {
+		p.log.WarnContext(ctx, "dead-letter: approvals stream", "err", err)
+		return
+	}
+	raw, err := stream.GetMsg(ctx, a.StreamSeq)
+	if err != nil {
+		p.log.WarnContext(ctx, "dead-letter: read approval message", "stream_seq", a.StreamSeq, "err", err)
+		return
+	}
+	msg := approvalMsg{subject: raw.Subject, data: raw.Data, seq: raw.Sequence, received: raw.Time, deliveries: a.Deliveries}
+	p.log.WarnContext(ctx, "approval message ran out of deliveries; deciding it once more", "subject", raw.Subject, "approval_seq", raw.Sequence, "deliveries", a.Deliveries)
+	if o, _ := p.decideSafely(ctx, msg); o == retry {
+		p.undecided(ctx, msg)
+	}
 }
 
 // deadLetter stops the run of a message that exhausted its deliveries

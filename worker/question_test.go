@@ -3,6 +3,7 @@ package worker_test
 import (
 	"errors"
 	"runtime"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -190,4 +191,36 @@ func TestAQuestionAskedAgainKeepsItsEntrysExpiry(t *testing.T) {
 	}
 	b.publishApproval(runID, "s1c1", q.ArgsHash, "approve", "supervisor@cityops", "ok")
 	assertTrail(t, b.waitEnd(runID), concat([]string{"started"}, gatedStep("draft_escalation"), []string{"proposed:final", "finished:done"}))
+}
+
+// An approval message whose handler dies on every delivery (here: the
+// first delivery's lane dies after deciding the entry and before its
+// approved event; the second waits in that dead lane) is decided once
+// more by every pool when JetStream reports it out of deliveries: the
+// decision its first handler made reaches the trail and the run goes on.
+func TestAnApprovalWhoseHandlerDiedEachTimeIsDecidedFromTheAdvisory(t *testing.T) {
+	t.Parallel()
+	var calls atomic.Int32
+	o := oneDraft(t, "drafted")
+	o.layout = journal.Layout{MaxDeliver: 2, AckWait: 500 * time.Millisecond}
+	o.crash = func(point string) {
+		if point == "before:approved" && calls.Add(1) == 1 {
+			runtime.Goexit() // this handler is gone, its message unsettled
+		}
+	}
+	b := setup(t, o)
+	runID, q := draftRun(t, b, "advisory-1")
+	seq := b.publishApproval(runID, "s1c1", q.ArgsHash, "approve", "supervisor@cityops", "ok")
+
+	evs := b.waitEnd(runID)
+	assertTrail(t, evs, concat([]string{"started"}, gatedStep("draft_escalation"), []string{"proposed:final", "finished:done"}))
+	if d := last[events.ApprovedData](t, evs, events.TypeApproved); d.ApprovalSeq != seq {
+		t.Errorf("approved by message %d, want %d", d.ApprovalSeq, seq)
+	}
+	if n := calls.Load(); n < 2 {
+		t.Errorf("the approved event was appended after %d tries, want the dead handler's and another", n)
+	}
+	if !strings.Contains(b.logs.String(), "ran out of deliveries") {
+		t.Errorf("not decided from the max-deliveries advisory; logs:\n%s", b.logs.String())
+	}
 }
