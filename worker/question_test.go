@@ -24,20 +24,22 @@ import (
 // load while an approver answered from loopgate pending.)
 func TestAnAnswerToAQuestionItsWorkerDiedBeforeAskingIsDecided(t *testing.T) {
 	t.Parallel()
-	var died atomic.Bool
 	o := oneDraft(t, "drafted")
 	// The run's message comes back long after the answer is handled.
 	o.layout = journal.Layout{AckWait: 20 * time.Second}
-	o.crash = func(point string) {
-		if point == "before:approval_requested" && died.CompareAndSwap(false, true) {
-			runtime.Goexit() // this worker is gone, its message unsettled
-		}
-	}
+	var died *atomic.Bool
+	o.crash, died = dieOnce("before:approval_requested")
 	b := setup(t, o)
 	runID := b.submit(task("unasked-1", "one-draft"))
 	e := waitEntry(t, b, runID, "s1c1")
-	if !died.Load() || !e.Pending() {
-		t.Fatalf("entry %+v (worker died: %v): want a pending entry left by the worker that died", e, died.Load())
+	// The entry is written just before the hook: wait for the death.
+	for deadline := time.Now().Add(10 * time.Second); !died.Load(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the worker never reached before:approval_requested")
+		}
+	}
+	if !e.Pending() {
+		t.Fatalf("entry %+v: want a pending entry left by the worker that died", e)
 	}
 	b.publishApproval(runID, "s1c1", e.ArgsHash, "approve", "supervisor@cityops", "ok")
 
@@ -88,6 +90,17 @@ func TestAnAnswerToAStrayEntryIsRejected(t *testing.T) {
 	if _, err := events.Fold(evs); err != nil {
 		t.Errorf("the trail does not fold: %v", err)
 	}
+}
+
+// dieOnce is a crash hook under which the first worker to reach point
+// dies (its goroutine ends, its message unsettled), and whether one did.
+func dieOnce(point string) (hook func(string), died *atomic.Bool) {
+	died = new(atomic.Bool)
+	return func(p string) {
+		if p == point && died.CompareAndSwap(false, true) {
+			runtime.Goexit()
+		}
+	}, died
 }
 
 // waitEntry waits for the call's approvals entry.
@@ -166,14 +179,10 @@ func TestAnApprovalNoWorkerCanDecideIsRecordedAsUndecided(t *testing.T) {
 // not a new one from the time it asks again.
 func TestAQuestionAskedAgainKeepsItsEntrysExpiry(t *testing.T) {
 	t.Parallel()
-	var died atomic.Bool
 	o := oneDraft(t, "drafted")
 	o.layout = journal.Layout{AckWait: time.Second}
-	o.crash = func(point string) {
-		if point == "before:approval_requested" && died.CompareAndSwap(false, true) {
-			runtime.Goexit() // this worker is gone, its message unsettled
-		}
-	}
+	var died *atomic.Bool
+	o.crash, died = dieOnce("before:approval_requested")
 	b := setup(t, o)
 	runID := b.submit(task("asked-again-1", "one-draft"))
 	e := waitEntry(t, b, runID, "s1c1")
