@@ -2,7 +2,9 @@ package journal_test
 
 import (
 	"fmt"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -40,9 +42,25 @@ func TestDecidingBucketsReadFromTheLeader(t *testing.T) {
 	}
 	check("after a second Ensure")
 
-	// Read-your-writes through every server: a write acknowledged through
-	// the first connection is what the others read next.
-	var readers []jetstream.KeyValue
+	// Every read of the deciding buckets, through any server, is a message
+	// get the stream leader answers, never a direct get that any replica
+	// may answer. (A stale follower read is rare on loopback: counting
+	// the requests is what tells the two paths apart here.)
+	spy := c.Conn
+	direct, err := spy.SubscribeSync("$JS.API.DIRECT.GET.>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer direct.Unsubscribe()
+	leader, err := spy.SubscribeSync("$JS.API.STREAM.MSG.GET.*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer leader.Unsubscribe()
+	if err := spy.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	reads := 0
 	for i, s := range c.Servers {
 		nc, err := nats.Connect(s.ClientURL())
 		if err != nil {
@@ -53,26 +71,49 @@ func TestDecidingBucketsReadFromTheLeader(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		kv, err := js.KeyValue(ctx, journal.BucketApprovals)
-		if err != nil {
-			t.Fatalf("server %d: %v", i, err)
-		}
-		readers = append(readers, kv)
-	}
-	writer := readers[0]
-	for n := range 200 {
-		rev, err := writer.Put(ctx, "k", fmt.Appendf(nil, "%d", n))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for i, kv := range readers {
+		for _, bucket := range []string{journal.BucketApprovals, journal.BucketIdempotency, journal.BucketSessions} {
+			kv, err := js.KeyValue(ctx, bucket)
+			if err != nil {
+				t.Fatalf("server %d: %v", i, err)
+			}
+			rev, err := kv.Put(ctx, "k", fmt.Appendf(nil, "%d", i))
+			if err != nil {
+				t.Fatal(err)
+			}
 			e, err := kv.Get(ctx, "k")
 			if err != nil {
-				t.Fatalf("write %d, read through server %d: %v", n, i, err)
+				t.Fatalf("read %s through server %d: %v", bucket, i, err)
 			}
 			if e.Revision() != rev {
-				t.Fatalf("write %d (revision %d), read through server %d: revision %d, a stale read", n, rev, i, e.Revision())
+				t.Fatalf("read %s through server %d: revision %d, want the one just written, %d", bucket, i, e.Revision(), rev)
+			}
+			reads++
+		}
+	}
+	// The requests of the other servers' clients reach the spy over the
+	// routes, a moment later. Only the three buckets' count: loopgate_runs
+	// keeps direct gets, and natstest reads the events stream.
+	deciding := func(sub *nats.Subscription) (n int) {
+		for {
+			m, err := sub.NextMsg(0)
+			if err != nil {
+				return n
+			}
+			for _, b := range []string{journal.BucketApprovals, journal.BucketIdempotency, journal.BucketSessions} {
+				if strings.Contains(m.Subject, ".KV_"+b) {
+					n++
+				}
 			}
 		}
+	}
+	gets := 0
+	for deadline := time.Now().Add(5 * time.Second); gets < reads && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		gets += deciding(leader)
+	}
+	if gets != reads {
+		t.Errorf("%d message gets to the stream leaders for %d reads", gets, reads)
+	}
+	if n := deciding(direct); n != 0 {
+		t.Errorf("%d reads of the deciding buckets were direct gets, which any replica answers", n)
 	}
 }
