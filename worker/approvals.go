@@ -139,11 +139,7 @@ func (p *Pool) undecided(ctx context.Context, msg approvalMsg) (outcome, string)
 		p.log.ErrorContext(ctx, "approval message dropped: not decided in all its deliveries, and not recorded in its run", "subject", msg.subject, "approval_seq", msg.seq, "err", err)
 		return rejected, detail
 	}
-	evs, last, err := p.journal.Load(ctx, tenant, runID)
-	if err != nil {
-		return dropped(err)
-	}
-	st, err := events.Fold(evs)
+	evs, st, last, err := p.readRun(ctx, tenant, runID)
 	if err != nil {
 		return dropped(err)
 	}
@@ -213,13 +209,8 @@ func (p *Pool) decide(ctx context.Context, msg approvalMsg) (outcome, string) {
 		return rejected, err.Error()
 	}
 	seq := msg.seq
-	evs, last, err := p.journal.Load(ctx, tenant, runID)
+	evs, st, last, err := p.readRun(ctx, tenant, runID)
 	if err != nil {
-		return retry, ""
-	}
-	st, err := events.Fold(evs)
-	if err != nil {
-		p.log.ErrorContext(ctx, "run trail does not fold", "run_id", runID, "err", err)
 		return retry, ""
 	}
 	if st.Started == nil {

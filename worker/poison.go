@@ -163,11 +163,7 @@ func (p *Pool) stopPoisoned(ctx context.Context, subject string, data []byte, st
 		}
 		runID = events.RunID(tenant, id)
 	}
-	evs, last, err := p.journal.Load(ctx, tenant, runID)
-	if err != nil {
-		return err
-	}
-	st, err := events.Fold(evs)
+	_, st, last, err := p.readRun(ctx, tenant, runID)
 	if err != nil {
 		return err
 	}

@@ -414,14 +414,8 @@ func (p *Pool) process(ctx context.Context, msg jetstream.Msg) (outcome, string)
 		return p.reject(ctx, tenant, meta.Sequence.Stream, rej)
 	}
 	runID = events.RunID(task.Tenant, task.TaskID)
-	evs, last, err := p.journal.Load(ctx, tenant, runID)
+	_, st, last, err := p.readRun(ctx, tenant, runID)
 	if err != nil {
-		p.log.WarnContext(ctx, "load run", "run_id", runID, "err", err)
-		return retry, ""
-	}
-	st, err := events.Fold(evs)
-	if err != nil {
-		p.log.ErrorContext(ctx, "run trail does not fold", "run_id", runID, "err", err)
 		return retry, ""
 	}
 	if st.Finished != nil || st.Rejection != nil {
@@ -441,15 +435,28 @@ func (p *Pool) process(ctx context.Context, msg jetstream.Msg) (outcome, string)
 	return p.drive(ctx, r)
 }
 
-// resume continues a run woken through loopgate.resume.<tenant>.<run_id>.
-func (p *Pool) resume(ctx context.Context, tenant, runID string) (outcome, string) {
-	evs, last, err := p.journal.Load(ctx, tenant, runID)
+// readRun reads a run's events and folds them into its state; last is the
+// stream sequence its next append is conditional on. A trail that does not
+// fold is logged here, for every path that reads a run: it means a bug or
+// a foreign writer, and the run cannot go on until someone looks.
+func (p *Pool) readRun(ctx context.Context, tenant, runID string) (evs []events.Event, st *events.RunState, last uint64, err error) {
+	evs, last, err = p.journal.Load(ctx, tenant, runID)
 	if err != nil {
-		return retry, ""
+		p.log.WarnContext(ctx, "load run", "run_id", runID, "err", err)
+		return nil, nil, 0, err
 	}
-	st, err := events.Fold(evs)
+	st, err = events.Fold(evs)
 	if err != nil {
 		p.log.ErrorContext(ctx, "run trail does not fold", "run_id", runID, "err", err)
+		return nil, nil, 0, err
+	}
+	return evs, st, last, nil
+}
+
+// resume continues a run woken through loopgate.resume.<tenant>.<run_id>.
+func (p *Pool) resume(ctx context.Context, tenant, runID string) (outcome, string) {
+	_, st, last, err := p.readRun(ctx, tenant, runID)
+	if err != nil {
 		return retry, ""
 	}
 	if st.Started == nil {
@@ -499,13 +506,9 @@ const maxReloads = 3
 func (p *Pool) drive(ctx context.Context, r *run) (outcome, string) {
 	err := p.driveOnce(ctx, r)
 	for i := 0; i < maxReloads && errors.Is(err, journal.ErrConflict); i++ {
-		evs, last, lerr := p.journal.Load(ctx, r.task.Tenant, r.st.RunID)
+		_, st, last, lerr := p.readRun(ctx, r.task.Tenant, r.st.RunID)
 		if lerr != nil {
 			return p.failed(ctx, r, lerr)
-		}
-		st, ferr := events.Fold(evs)
-		if ferr != nil {
-			return p.failed(ctx, r, ferr)
 		}
 		nr, nerr := p.newRun(st, last, r.task, r.limits)
 		if nerr != nil {
