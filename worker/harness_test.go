@@ -61,6 +61,10 @@ type options struct {
 	// cluster (also set for every test by LOOPGATE_TEST_BATCH=1).
 	batch bool
 
+	// coldJournal gives the pools a journal without a run cache, as a
+	// process that did not write the run: every read goes to the server.
+	coldJournal bool
+
 	// configFile loads the CityOps config from this file instead of the
 	// copy embedded in cityops.Files (the same bytes, when it is
 	// ../examples/cityops/loopgate.yaml).
@@ -128,7 +132,15 @@ func setup(t testing.TB, o options) *bundle {
 	}
 	log := slog.New(slog.NewTextHandler(b.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	b.newPool = func() *worker.Pool {
-		pool, err := worker.New(worker.Deps{JS: env.JS, Journal: env.Journal, App: cfg, Registry: reg, Models: models},
+		poolJournal := env.Journal // as it is now: restart replaces it
+		if o.coldJournal {
+			j, err := journal.New(t.Context(), env.JS, journal.WithRunCache(0))
+			if err != nil {
+				t.Fatal(err)
+			}
+			poolJournal = j
+		}
+		pool, err := worker.New(worker.Deps{JS: env.JS, Journal: poolJournal, App: cfg, Registry: reg, Models: models},
 			&worker.Config{Workers: cmp.Or(o.workers, 2), Logger: log, TransientBackoff: 10 * time.Millisecond, Crash: o.crash, RetryDelay: o.retry,
 				// LOOPGATE_TEST_BATCH=1 runs every scenario with a step's
 				// events appended in atomic batches, as on a cluster.

@@ -402,6 +402,9 @@ func (p *Pool) process(ctx context.Context, msg jetstream.Msg) (outcome, string)
 		return rejected, err.Error()
 	}
 	if kind == "resume" {
+		if scheduled(msg) && p.finished(ctx, tenant, runID) {
+			return settled, "" // an expiry or a lease end after the run's end
+		}
 		return p.resume(ctx, tenant, runID)
 	}
 	meta, err := msg.Metadata()
@@ -451,6 +454,22 @@ func (p *Pool) readRun(ctx context.Context, tenant, runID string) (evs []events.
 		return nil, nil, 0, err
 	}
 	return evs, st, last, nil
+}
+
+// scheduled reports whether a wake-up was published by JetStream from one
+// of the run's schedules (scheduleWake): the server marks those with the
+// schedule's subject.
+func scheduled(msg jetstream.Msg) bool {
+	return msg.Headers().Get(jetstream.SchedulerHeader) != ""
+}
+
+// finished reports whether the run's last event ends it, with one message
+// get. Every approval leaves a schedule for its expiry, which fires even
+// when the question was answered long before: an hour after a run's end,
+// its wake-ups must not each read the whole run.
+func (p *Pool) finished(ctx context.Context, tenant, runID string) bool {
+	e, ok, err := p.journal.Last(ctx, tenant, runID)
+	return err == nil && ok && e.Type == events.TypeFinished
 }
 
 // resume continues a run woken through loopgate.resume.<tenant>.<run_id>.
