@@ -141,6 +141,10 @@ func (l Layout) streams() []jetstream.StreamConfig {
 			// time, not a timer a worker holds (server 2.12+).
 			AllowMsgSchedules: true,
 			AllowRollup:       true,
+			// A decided question's expiry is cancelled by a message that
+			// rolls its schedule up and ages out (server 2.11+); turning
+			// it on is an in-place update of an existing stream.
+			AllowMsgTTL: true,
 		},
 		{
 			Name:        StreamEvents,

@@ -355,6 +355,10 @@ func (p *Pool) recordDecision(ctx context.Context, r *run, c *events.CallState, 
 	}
 	r.log.InfoContext(ctx, "call decided", "call_id", c.Call.ID, "tool", c.Call.Tool, "decision", e.Decision, "approver", e.DecidedBy)
 	p.crash("after:approved")
+	// Before the wake-up, on the same connection: the server stores it
+	// before anything the woken run does, such as asking again about the
+	// same call and scheduling that question's expiry on the same subject.
+	p.cancelExpiry(e.Tenant, e.RunID, c.Call.ID)
 	if err := p.wake(ctx, e.Tenant, e.RunID, wakeID(e)); err != nil {
 		return retry, ""
 	}

@@ -219,7 +219,7 @@ const leaseSuffix = "-lease"
 // scheduleWake asks JetStream to publish the run's wake-up at t: the
 // expiry of a parked run costs a stored message, not a timer.
 func (p *Pool) scheduleWake(ctx context.Context, tenant, runID, callID string, t time.Time) error {
-	m := nats.NewMsg(journal.SchedulesPrefix + "." + tenant + "." + runID + "." + callID)
+	m := nats.NewMsg(scheduleSubject(tenant, runID, callID))
 	// @at has second precision: round up so the wake-up is never early.
 	at := t.UTC().Add(time.Second - time.Nanosecond).Truncate(time.Second)
 	m.Header.Set("Nats-Schedule", "@at "+at.Format(time.RFC3339))
@@ -228,6 +228,25 @@ func (p *Pool) scheduleWake(ctx context.Context, tenant, runID, callID string, t
 		return fmt.Errorf("schedule wake-up of run %s at %s: %w", runID, at, err)
 	}
 	return nil
+}
+
+// cancelExpiry replaces the expiry schedule of a decided question with a
+// message that is no schedule and ages out a second later: the server
+// forgets the schedule now, not when it would have fired, an approval TTL
+// (24 h by default) later. Until then each schedule held about 500 bytes
+// of server heap and a stored message, so a day of answered questions
+// piled up in the server (docs/benchmarks.md, sixth round). It is sent
+// without waiting for the stream's answer and may be lost: a schedule that
+// stays fires, and its wake-up finds the run past the question.
+func (p *Pool) cancelExpiry(tenant, runID, callID string) {
+	m := nats.NewMsg(scheduleSubject(tenant, runID, callID))
+	m.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
+	m.Header.Set(jetstream.MsgTTLHeader, "1s")
+	_ = p.js.Conn().PublishMsg(m)
+}
+
+func scheduleSubject(tenant, runID, callID string) string {
+	return journal.SchedulesPrefix + "." + tenant + "." + runID + "." + callID
 }
 
 // wake publishes a run's wake-up now. Its message id makes repeated

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/loopgate/loopgate/config"
@@ -15,16 +16,49 @@ import (
 	"github.com/loopgate/loopgate/tools"
 )
 
-// Every question leaves a schedule for its expiry, and JetStream fires it
-// even when the question was answered long before: a day after a run's
-// end, each of its approvals wakes it once more. Such a wake-up reads the
-// run's last event, sees the end, and stops there; reading the whole run
-// for each of them would cost, an approval TTL after every busy hour, as
-// much as the runs did.
+// A decided question's expiry is cancelled: its schedule would otherwise
+// stay in the server, about 500 bytes of heap and a stored message, until
+// it fired an approval TTL (24 h by default) later, to find the run long
+// past the question.
+func TestADecidedQuestionsExpiryIsCancelled(t *testing.T) {
+	t.Parallel()
+	b := setup(t, oneDraft(t, "drafted"))
+	runID, q := draftRun(t, b, "cancel-expiry")
+	schedule := journal.SchedulesPrefix + ".cityops." + runID + ".s1c1"
+	work, err := b.env.JS.Stream(t.Context(), journal.StreamWork)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := work.GetLastMsgForSubject(t.Context(), schedule)
+	if err != nil || m.Header.Get("Nats-Schedule") == "" {
+		t.Fatalf("the parked run's expiry schedule: %v %v", m, err)
+	}
+	b.publishApproval(runID, "s1c1", q.ArgsHash, "approve", "supervisor@cityops", "")
+	if fin := last[events.FinishedData](t, b.waitEnd(runID), events.TypeFinished); fin.Reason != events.ReasonDone {
+		t.Fatalf("run ended %s", fin.Reason)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		m, err := work.GetLastMsgForSubject(t.Context(), schedule)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			break // cancelled, and the cancel aged out
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the decided question's expiry schedule is still stored (err %v, headers %v)", err, m.Header)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// A schedule that outlives its run (its cancel was lost: the handler
+// died between the decision and the cancel, or the answer came before the
+// worker scheduled the expiry) fires after the run's end. Its wake-up reads
+// the run's last event, sees the end, and stops there: reading the whole
+// run for each would cost, an approval TTL after every busy hour, as much
+// as the runs did.
 func TestAWakeUpAfterTheRunsEndReadsOnlyItsLastEvent(t *testing.T) {
 	t.Parallel()
 	m := fakeTool("quick_write", tools.Write, false)
-	m.ApprovalTTL = events.Duration(time.Second)
 	b := setup(t, options{
 		tools:       []tools.Manifest{m},
 		builtins:    tools.Builtins{"quick_write": func(context.Context, tools.Call) (any, error) { return "ok", nil }},
@@ -38,14 +72,15 @@ func TestAWakeUpAfterTheRunsEndReadsOnlyItsLastEvent(t *testing.T) {
 	evs := b.waitEnd(runID)
 	assertTrail(t, evs, concat([]string{"started"}, gatedStep("quick_write"), []string{"proposed:final", "finished:done"}))
 
+	// The leftover schedule, as the worker writes it, due in a second.
 	schedule := journal.SchedulesPrefix + ".cityops." + runID + ".s1c1"
 	work, err := b.env.JS.Stream(t.Context(), journal.StreamWork)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := work.GetLastMsgForSubject(t.Context(), schedule); err != nil {
-		t.Fatalf("the answered question's expiry schedule: %v (want it still there: the test needs it to fire after the end)", err)
-	}
+	leftover := nats.NewMsg(schedule)
+	leftover.Header.Set("Nats-Schedule", "@at "+time.Now().UTC().Add(2*time.Second).Truncate(time.Second).Format(time.RFC3339))
+	leftover.Header.Set("Nats-Schedule-Target", events.ResumeSubject("cityops", runID))
 	gets, err := b.env.Conn.SubscribeSync("$JS.API.STREAM.MSG.GET." + journal.StreamEvents)
 	if err != nil {
 		t.Fatal(err)
@@ -55,6 +90,9 @@ func TestAWakeUpAfterTheRunsEndReadsOnlyItsLastEvent(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := b.env.Conn.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.env.JS.PublishMsg(t.Context(), leftover); err != nil {
 		t.Fatal(err)
 	}
 
