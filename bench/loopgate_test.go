@@ -577,7 +577,7 @@ func newLGDriver(b *testing.B, srv *lgServer) *lgDriver {
 		fail(err)
 	}
 	d := &lgDriver{
-		b: b, nc: nc, js: js, store: approvals.NewStore(kv), key: key, id: uuid.NewString()[:8],
+		b: b, nc: nc, js: js, store: approvals.NewStore(kv, nil), key: key, id: uuid.NewString()[:8],
 		types: map[events.Type]int{}, hashes: map[string]string{}, approved: map[string]bool{},
 		finished: make(chan lgEnd, 1<<16), failed: make(chan error, 16),
 	}

@@ -89,13 +89,18 @@ func expiresIn(t, now time.Time) string {
 	return fmt.Sprintf("in %s (%s)", d, at)
 }
 
-// openApprovals opens the approval state bucket of a running loopgate.
+// openApprovals opens the approval state bucket of a running loopgate and
+// its index of pending questions.
 func openApprovals(ctx context.Context, js jetstream.JetStream) (*approvals.Store, error) {
 	kv, err := js.KeyValue(ctx, journal.BucketApprovals)
 	if err != nil {
 		return nil, fmt.Errorf("open bucket %s (does this loopgate have the write path?): %w", journal.BucketApprovals, err)
 	}
-	return approvals.NewStore(kv), nil
+	pending, err := js.KeyValue(ctx, journal.BucketPending)
+	if err != nil {
+		return nil, fmt.Errorf("open bucket %s (were the workers upgraded? they create it): %w", journal.BucketPending, err)
+	}
+	return approvals.NewStore(kv, pending), nil
 }
 
 // hashPrefix shortens an args hash for one line of a timeline.

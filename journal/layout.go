@@ -28,6 +28,12 @@ const (
 
 	// BucketApprovals holds approval state per <run_id>.<call_id>.
 	BucketApprovals = "loopgate_approvals"
+	// BucketPending lists the questions awaiting a human, per
+	// <tenant>.<run_id>.<call_id>: a key exists from the question until
+	// its decision (or its expiry) and is what loopgate pending reads, so
+	// listing costs what is pending, not every question ever asked. It is
+	// created with LimitMarkerTTL: keys and their removal markers age out.
+	BucketPending = "loopgate_pending"
 	// BucketIdempotency holds one entry per <operation_id>. It is created
 	// with LimitMarkerTTL, so entries can carry their own TTL.
 	BucketIdempotency = "loopgate_idempotency"
@@ -59,8 +65,8 @@ const SchedulesPrefix = "loopgate.schedules"
 // retried publish of a task or an event is stored once.
 const duplicateWindow = 2 * time.Minute
 
-// markerTTL is how long BucketIdempotency keeps the marker of a key its TTL
-// removed. Any positive value enables per-key TTLs.
+// markerTTL is how long BucketIdempotency and BucketPending keep the
+// marker of a key its TTL removed. Any positive value enables per-key TTLs.
 const markerTTL = time.Minute
 
 // Layout sizes what Ensure creates. The zero value is the single-node
@@ -188,6 +194,13 @@ func (l Layout) buckets() []jetstream.KeyValueConfig {
 		{
 			Bucket:         BucketIdempotency,
 			Description:    "loopgate idempotency records per <operation_id>",
+			Storage:        jetstream.FileStorage,
+			Replicas:       l.Replicas,
+			LimitMarkerTTL: markerTTL,
+		},
+		{
+			Bucket:         BucketPending,
+			Description:    "loopgate questions awaiting a human per <tenant>.<run_id>.<call_id>",
 			Storage:        jetstream.FileStorage,
 			Replicas:       l.Replicas,
 			LimitMarkerTTL: markerTTL,

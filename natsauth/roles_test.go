@@ -62,7 +62,11 @@ func seed(t *testing.T, b *bundle) seeded {
 	s.entry = approvals.Entry{Kind: approvals.KindApproval, Round: 1, Tenant: tenant, RunID: s.runID, CallID: callID,
 		Step: 1, Tool: "draft_escalation", Args: json.RawMessage(`{"request_id":"SR-10421"}`), ArgsHash: "sha256:00",
 		OperationID: "op-1", Principal: "dev@cityops", RequestedAt: at, ExpiresAt: at.Add(time.Hour)}
-	if _, err := approvals.NewStore(kv).Request(ctx, s.entry); err != nil {
+	pkv, err := w.js.KeyValue(ctx, journal.BucketPending)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := approvals.NewStore(kv, pkv).Request(ctx, s.entry); err != nil {
 		t.Fatalf("request approval as worker: %v", err)
 	}
 	w.noViolations(t)
@@ -152,7 +156,11 @@ func TestApproverDecidesItsTenantsCallsAndReadsPendingState(t *testing.T) {
 	if err != nil {
 		t.Fatalf("open %s as approver: %v", journal.BucketApprovals, err)
 	}
-	store := approvals.NewStore(kv)
+	pkv, err := ok.js.KeyValue(ctx, journal.BucketPending)
+	if err != nil {
+		t.Fatalf("open %s as approver: %v", journal.BucketPending, err)
+	}
+	store := approvals.NewStore(kv, pkv)
 	entry, _, err := store.Get(ctx, s.runID, callID)
 	if err != nil {
 		t.Fatalf("read the pending entry as approver: %v", err)
@@ -207,6 +215,13 @@ func TestApproverDecidesItsTenantsCallsAndReadsPendingState(t *testing.T) {
 		return ckv.Delete(ctx, key)
 	})
 	c.deniedPublish(t, "$JS.API.STREAM.PURGE.KV_loopgate_approvals", c.jsRequest("$JS.API.STREAM.PURGE.KV_loopgate_approvals", `{}`))
+	cpkv, err := c.js.KeyValue(ctx, journal.BucketPending)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.deniedPublish(t, "$KV.loopgate_pending."+approvals.PendingKey(tenant, s.runID, callID), func(ctx context.Context) error {
+		return cpkv.Purge(ctx, approvals.PendingKey(tenant, s.runID, callID))
+	})
 	c.deniedPublish(t, "$JS.API.STREAM.DELETE.KV_loopgate_approvals", func(ctx context.Context) error {
 		return c.js.DeleteKeyValue(ctx, journal.BucketApprovals)
 	})

@@ -170,7 +170,7 @@ func TestApproverDecidesAGatedWriteTheWorkerParked(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	entry, _, err := approvals.NewStore(kv).Get(ctx, runID, p.Awaiting[0])
+	entry, _, err := approvals.NewStore(kv, nil).Get(ctx, runID, p.Awaiting[0])
 	if err != nil {
 		t.Fatalf("read the question as approver: %v", err)
 	}

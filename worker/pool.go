@@ -221,7 +221,11 @@ func (p *Pool) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("worker: bucket %s: %w", journal.BucketIdempotency, err)
 	}
-	p.approvals, p.idem = approvals.NewStore(akv), idempotency.NewStore(ikv)
+	pkv, err := p.js.KeyValue(ctx, journal.BucketPending)
+	if err != nil {
+		return fmt.Errorf("worker: bucket %s: %w", journal.BucketPending, err)
+	}
+	p.approvals, p.idem = approvals.NewStore(akv, pkv), idempotency.NewStore(ikv)
 	skv, err := p.js.KeyValue(ctx, journal.BucketSessions)
 	if err != nil {
 		return fmt.Errorf("worker: bucket %s: %w", journal.BucketSessions, err)

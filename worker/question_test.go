@@ -69,7 +69,11 @@ func TestAnAnswerToAStrayEntryIsRejected(t *testing.T) {
 	}
 	stray := pendingEntry(t, b, runID, "s1c1")
 	stray.CallID = "s1c9"
-	if _, err := approvals.NewStore(kv).Request(t.Context(), stray); err != nil {
+	pkv, err := b.env.JS.KeyValue(t.Context(), journal.BucketPending)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := approvals.NewStore(kv, pkv).Request(t.Context(), stray); err != nil {
 		t.Fatal(err)
 	}
 	b.publishApproval(runID, "s1c9", stray.ArgsHash, "approve", "supervisor@cityops", "ok")
@@ -110,7 +114,7 @@ func waitEntry(t *testing.T, b *bundle, runID, callID string) approvals.Entry {
 	if err != nil {
 		t.Fatal(err)
 	}
-	store := approvals.NewStore(kv)
+	store := approvals.NewStore(kv, nil)
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		e, _, err := store.Get(t.Context(), runID, callID)

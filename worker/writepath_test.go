@@ -55,7 +55,7 @@ func pendingEntry(t *testing.T, b *bundle, runID, callID string) approvals.Entry
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, _, err := approvals.NewStore(kv).Get(t.Context(), runID, callID)
+	e, _, err := approvals.NewStore(kv, nil).Get(t.Context(), runID, callID)
 	if err != nil {
 		t.Fatal(err)
 	}
