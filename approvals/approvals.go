@@ -95,6 +95,10 @@ type Entry struct {
 	Reason      string    `json:"reason,omitempty"`
 	DecidedAt   time.Time `json:"decided_at,omitzero"`
 	DecisionSeq uint64    `json:"decision_seq,omitempty"` // LOOPGATE_APPROVALS sequence of the deciding message
+
+	// ListedSeq is the sequence of the question's message in LOOPGATE_PENDING,
+	// deleted when the question is decided (0: not known).
+	ListedSeq uint64 `json:"listed_seq,omitempty"`
 }
 
 // Pending reports whether the entry awaits a decision.

@@ -5,10 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/loopgate/loopgate/events"
 )
 
 // ErrLost means another decision changed the entry first: the caller lost
@@ -19,35 +22,49 @@ var ErrLost = errors.New("approval entry changed concurrently")
 var ErrNotFound = errors.New("no approval entry")
 
 // Store keeps approval entries in the loopgate_approvals bucket, and lists
-// the pending ones in the loopgate_pending bucket.
+// the pending ones in the LOOPGATE_PENDING index.
 type Store struct {
 	kv jetstream.KeyValue
-	// pending has a key <tenant>.<run_id>.<call_id> for each question from
-	// its request to its decision, with the question's TTL: listing what
-	// awaits a human reads it, not every entry ever written. It is an
-	// index: the entry stays the truth, and a key left behind (its
-	// removal lost) is skipped when listing and ages out. nil: no index
-	// (the store only reads entries).
-	pending jetstream.KeyValue
+	// pending is the index of the questions awaiting a human; nil: none
+	// (a store that only reads entries).
+	pending *Index
 }
 
-// NewStore wraps the buckets: entries (loopgate_approvals) and the index of
-// pending questions (loopgate_pending, may be nil for a store that only
-// reads entries).
-func NewStore(entries, pending jetstream.KeyValue) *Store {
+// Index is the LOOPGATE_PENDING stream: a message on
+// loopgate.pending.<tenant>.<run_id>.<call_id> for each question from its
+// request to its decision, with a TTL a little past its expiry. Listing
+// what awaits a human reads its subjects (one stream info request), not
+// every entry ever written. It is an index: the entry stays the truth, and
+// a message left behind (its deletion lost) is skipped when listing and
+// ages out.
+//
+// It is a plain stream, not a KV bucket: a bucket refuses message deletes,
+// and its deletes leave markers that a listing reads; and a KV watch, how
+// keys are listed, waits for as many messages as the stream held when it
+// began, which hung when some aged out meanwhile.
+type Index struct {
+	js     jetstream.JetStream
+	stream jetstream.Stream
+}
+
+// OpenIndex opens the index stream.
+func OpenIndex(ctx context.Context, js jetstream.JetStream, stream string) (*Index, error) {
+	st, err := js.Stream(ctx, stream)
+	if err != nil {
+		return nil, err
+	}
+	return &Index{js: js, stream: st}, nil
+}
+
+// NewStore wraps the entries' bucket (loopgate_approvals) and the index of
+// pending questions (nil for a store that only reads entries).
+func NewStore(entries jetstream.KeyValue, pending *Index) *Store {
 	return &Store{kv: entries, pending: pending}
 }
-
-// PendingKey is the key of a pending question in the loopgate_pending
-// bucket.
-func PendingKey(tenant, runID, callID string) string { return tenant + "." + runID + "." + callID }
 
 // listedGrace keeps a question listed a little past its expiry: the expiry
 // itself is decided by the run's wake-up, which takes the key away.
 const listedGrace = time.Minute
-
-// markerTTL is how long the bucket keeps the marker of a removed key.
-const markerTTL = time.Minute
 
 // Get returns a call's entry and its revision.
 func (s *Store) Get(ctx context.Context, runID, callID string) (Entry, uint64, error) {
@@ -74,13 +91,21 @@ func (s *Store) Get(ctx context.Context, runID, callID string) (Entry, uint64, e
 // compare-and-set.
 func (s *Store) Request(ctx context.Context, e Entry) (Entry, error) {
 	e.State = StatePending
+	// Listed first: a question is never pending without being listed. A
+	// key listed for an entry that then failed to be written is skipped
+	// when listing, and ages out.
+	listed, err := s.list(ctx, e)
+	if err != nil {
+		return Entry{}, err
+	}
+	e.ListedSeq = listed
 	b, err := json.Marshal(e)
 	if err != nil {
 		return Entry{}, err
 	}
 	key := Key(e.RunID, e.CallID)
 	if _, err := s.kv.Create(ctx, key, b); err == nil {
-		return e, s.list(ctx, e)
+		return e, nil
 	} else if !errors.Is(err, jetstream.ErrKeyExists) {
 		return Entry{}, fmt.Errorf("create approval %s: %w", key, err)
 	}
@@ -90,39 +115,45 @@ func (s *Store) Request(ctx context.Context, e Entry) (Entry, error) {
 	}
 	switch {
 	case cur.Round == e.Round && cur.Pending():
-		// This request is already recorded (a worker that died after
-		// writing it may have died before listing it).
-		return cur, s.list(ctx, cur)
+		return cur, nil // this request is already recorded, and listed
 	case cur.Round == e.Round:
-		return cur, nil // already decided
+		s.unlist(ctx, e) // already decided: take back what was just listed
+		return cur, nil
 	case cur.Round > e.Round:
 		return Entry{}, fmt.Errorf("approval %s: round %d is behind the stored round %d", key, e.Round, cur.Round)
 	}
 	if _, err := s.kv.Update(ctx, key, b, rev); err != nil {
 		return Entry{}, fmt.Errorf("request approval %s round %d: %w", key, e.Round, ErrLost)
 	}
-	return e, s.list(ctx, e)
+	return e, nil
 }
 
-// list puts a pending entry's key in the index, to age out a little after
-// the question expires. Its value is empty: the entry is the truth.
-func (s *Store) list(ctx context.Context, e Entry) error {
+// list puts a pending question in the index, to age out a little after it
+// expires, and returns the message's stream sequence (0: no index, or it
+// was listed already). The message is empty: the entry is the truth.
+func (s *Store) list(ctx context.Context, e Entry) (uint64, error) {
 	if s.pending == nil {
-		return nil
+		return 0, nil
 	}
 	ttl := max(time.Until(e.ExpiresAt)+listedGrace, time.Second).Round(time.Second)
-	_, err := s.pending.Create(ctx, PendingKey(e.Tenant, e.RunID, e.CallID), nil, jetstream.KeyTTL(ttl))
-	if err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
-		return fmt.Errorf("list pending approval %s/%s: %w", e.RunID, e.CallID, err)
+	ack, err := s.pending.js.Publish(ctx, events.PendingSubject(e.Tenant, e.RunID, e.CallID), nil,
+		jetstream.WithMsgTTL(ttl), jetstream.WithExpectLastSequencePerSubject(0))
+	var apiErr *jetstream.APIError
+	switch {
+	case errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence:
+		return 0, nil // listed already
+	case err != nil:
+		return 0, fmt.Errorf("list pending approval %s/%s: %w", e.RunID, e.CallID, err)
 	}
-	return nil
+	return ack.Sequence, nil
 }
 
-// unlist takes a decided entry's key out of the index. It is best effort:
-// a key left behind is skipped by Pending and ages out with its TTL.
+// unlist takes a decided question out of the index by deleting its
+// message. It is best effort: a message left behind is skipped by Pending
+// and ages out with its TTL.
 func (s *Store) unlist(ctx context.Context, e Entry) {
-	if s.pending != nil {
-		_ = s.pending.Purge(ctx, PendingKey(e.Tenant, e.RunID, e.CallID), jetstream.PurgeTTL(markerTTL))
+	if s.pending != nil && e.ListedSeq != 0 {
+		_ = s.pending.stream.DeleteMsg(ctx, e.ListedSeq)
 	}
 }
 
@@ -144,26 +175,25 @@ func (s *Store) Decide(ctx context.Context, e Entry, rev uint64) error {
 }
 
 // Pending lists pending entries, of one tenant when tenant is not empty:
-// the questions in the loopgate_pending index, each read back from its
-// entry (a key whose removal was lost is skipped). Its cost is what is
-// pending, not every question ever asked: over 41,000 decided entries the
-// old listing, which read every entry, took 2.7 s.
+// the questions in the LOOPGATE_PENDING index, each read back from its
+// entry (one whose deletion was lost is skipped). Its cost is what is
+// pending, not every question ever asked (BenchmarkPendingListing).
 func (s *Store) Pending(ctx context.Context, tenant string) ([]Entry, error) {
 	if s.pending == nil {
 		return nil, errors.New("list approvals: no index of pending questions")
 	}
-	filter := ">"
+	prefix := events.PendingPrefix + "."
+	filter := prefix + ">"
 	if tenant != "" {
-		filter = tenant + ".>"
+		filter = prefix + tenant + ".>"
 	}
-	lister, err := s.pending.ListKeysFiltered(ctx, filter)
+	info, err := s.pending.stream.Info(ctx, jetstream.WithSubjectFilter(filter))
 	if err != nil {
 		return nil, fmt.Errorf("list pending approvals: %w", err)
 	}
-	defer lister.Stop()
 	var out []Entry
-	for key := range lister.Keys() {
-		parts := strings.Split(key, ".")
+	for subject := range info.State.Subjects {
+		parts := strings.Split(strings.TrimPrefix(subject, prefix), ".")
 		if len(parts) != 3 {
 			continue
 		}
@@ -178,5 +208,6 @@ func (s *Store) Pending(ctx context.Context, tenant string) ([]Entry, error) {
 			out = append(out, e)
 		}
 	}
+	slices.SortFunc(out, func(a, b Entry) int { return a.RequestedAt.Compare(b.RequestedAt) })
 	return out, nil
 }

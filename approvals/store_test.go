@@ -9,21 +9,22 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/loopgate/loopgate/approvals"
+	"github.com/loopgate/loopgate/events"
 	"github.com/loopgate/loopgate/internal/natstest"
 	"github.com/loopgate/loopgate/journal"
 )
 
-func openStore(t *testing.T, env *natstest.Env) (*approvals.Store, jetstream.KeyValue) {
+func openStore(t *testing.T, env *natstest.Env) *approvals.Store {
 	t.Helper()
 	kv, err := env.JS.KeyValue(t.Context(), journal.BucketApprovals)
 	if err != nil {
 		t.Fatal(err)
 	}
-	pkv, err := env.JS.KeyValue(t.Context(), journal.BucketPending)
+	index, err := approvals.OpenIndex(t.Context(), env.JS, journal.StreamPending)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return approvals.NewStore(kv, pkv), pkv
+	return approvals.NewStore(kv, index)
 }
 
 func question(tenant string, i int) approvals.Entry {
@@ -41,7 +42,7 @@ func TestPendingReadsOnlyWhatIsPending(t *testing.T) {
 	t.Parallel()
 	env := natstest.StartWith(t, natstest.Options{SyncInterval: "2m"})
 	ctx := t.Context()
-	store, pkv := openStore(t, env)
+	store := openStore(t, env)
 	const asked = 40
 	for i := range asked {
 		e, err := store.Request(ctx, question("cityops", i))
@@ -62,10 +63,11 @@ func TestPendingReadsOnlyWhatIsPending(t *testing.T) {
 	if _, err := store.Request(ctx, question("harbor", asked)); err != nil {
 		t.Fatal(err)
 	}
-	// A key whose removal was lost: listed, its entry decided.
+	// A question whose deletion from the index was lost: listed, its
+	// entry decided.
 	stale := question("cityops", 0)
-	if _, err := pkv.Create(ctx, approvals.PendingKey(stale.Tenant, stale.RunID, stale.CallID), nil); err != nil {
-		t.Fatalf("put back a decided question's key: %v", err)
+	if _, err := env.JS.Publish(ctx, events.PendingSubject(stale.Tenant, stale.RunID, stale.CallID), nil); err != nil {
+		t.Fatalf("list a decided question again: %v", err)
 	}
 
 	gets, err := env.Conn.SubscribeSync("$JS.API.STREAM.MSG.GET.KV_" + journal.BucketApprovals)
@@ -98,7 +100,7 @@ func TestPendingReadsOnlyWhatIsPending(t *testing.T) {
 		t.Errorf("pending for every tenant = %d entries (%v), want 3", len(all), err)
 	}
 
-	// A decision takes its key out.
+	// A decision takes it out.
 	e := got[0]
 	_, rev, err := store.Get(ctx, e.RunID, e.CallID)
 	if err != nil {
@@ -108,8 +110,12 @@ func TestPendingReadsOnlyWhatIsPending(t *testing.T) {
 	if err := store.Decide(ctx, e, rev); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := pkv.Get(ctx, approvals.PendingKey(e.Tenant, e.RunID, e.CallID)); !errors.Is(err, jetstream.ErrKeyNotFound) {
-		t.Errorf("a decided question's key: %v, want it gone", err)
+	index, err := env.JS.Stream(ctx, journal.StreamPending)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := index.GetLastMsgForSubject(ctx, events.PendingSubject(e.Tenant, e.RunID, e.CallID)); !errors.Is(err, jetstream.ErrMsgNotFound) {
+		t.Errorf("a decided question in the index: %v, want it gone", err)
 	}
 	if left, err := store.Pending(ctx, "cityops"); err != nil || len(left) != 1 {
 		t.Errorf("pending after one more decision = %d (%v), want 1", len(left), err)
@@ -117,32 +123,36 @@ func TestPendingReadsOnlyWhatIsPending(t *testing.T) {
 }
 
 // A question is listed until a little after it expires, whoever forgets
-// to take it out: its key carries a TTL.
-func TestAPendingKeyAgesOutAfterItsQuestionExpires(t *testing.T) {
+// to take it out: its message carries a TTL.
+func TestAListedQuestionAgesOutAfterItExpires(t *testing.T) {
 	t.Parallel()
 	env := natstest.StartWith(t, natstest.Options{SyncInterval: "2m"})
-	store, pkv := openStore(t, env)
+	store := openStore(t, env)
 	q := question("cityops", 1)
 	if _, err := store.Request(t.Context(), q); err != nil {
 		t.Fatal(err)
 	}
-	e, err := pkv.Get(t.Context(), approvals.PendingKey(q.Tenant, q.RunID, q.CallID))
+	index, err := env.JS.Stream(t.Context(), journal.StreamPending)
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := env.JS.Stream(t.Context(), "KV_"+journal.BucketPending)
+	m, err := index.GetLastMsgForSubject(t.Context(), events.PendingSubject(q.Tenant, q.RunID, q.CallID))
 	if err != nil {
 		t.Fatal(err)
 	}
-	raw, err := m.GetMsg(t.Context(), e.Revision())
+	ttl, err := time.ParseDuration(m.Header.Get(jetstream.MsgTTLHeader))
 	if err != nil {
-		t.Fatal(err)
-	}
-	ttl, err := time.ParseDuration(raw.Header.Get(jetstream.MsgTTLHeader))
-	if err != nil {
-		t.Fatalf("TTL header %q: %v", raw.Header.Get(jetstream.MsgTTLHeader), err)
+		t.Fatalf("TTL header %q: %v", m.Header.Get(jetstream.MsgTTLHeader), err)
 	}
 	if want := time.Until(q.ExpiresAt); ttl < want || ttl > want+2*time.Minute {
-		t.Errorf("the key's TTL is %s, want a little over the question's %s", ttl, want.Round(time.Second))
+		t.Errorf("the listing's TTL is %s, want a little over the question's %s", ttl, want.Round(time.Second))
+	}
+	// Asked again (a worker that died after asking): listed once.
+	if _, err := store.Request(t.Context(), q); err != nil {
+		t.Fatal(err)
+	}
+	info, err := index.Info(t.Context())
+	if err != nil || info.State.Msgs != 1 {
+		t.Errorf("index after asking twice: %+v %v, want one message", info.State, err)
 	}
 }

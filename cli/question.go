@@ -90,15 +90,15 @@ func expiresIn(t, now time.Time) string {
 }
 
 // openApprovals opens the approval state bucket of a running loopgate and
-// its index of pending questions.
+// its index of pending questions (LOOPGATE_PENDING).
 func openApprovals(ctx context.Context, js jetstream.JetStream) (*approvals.Store, error) {
 	kv, err := js.KeyValue(ctx, journal.BucketApprovals)
 	if err != nil {
 		return nil, fmt.Errorf("open bucket %s (does this loopgate have the write path?): %w", journal.BucketApprovals, err)
 	}
-	pending, err := js.KeyValue(ctx, journal.BucketPending)
+	pending, err := approvals.OpenIndex(ctx, js, journal.StreamPending)
 	if err != nil {
-		return nil, fmt.Errorf("open bucket %s (were the workers upgraded? they create it): %w", journal.BucketPending, err)
+		return nil, fmt.Errorf("open stream %s (were the workers upgraded? they create it): %w", journal.StreamPending, err)
 	}
 	return approvals.NewStore(kv, pending), nil
 }

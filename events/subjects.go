@@ -11,7 +11,16 @@ const (
 	ResumePrefix    = "loopgate.resume"
 	EventsPrefix    = "loopgate.events"
 	ApprovalsPrefix = "loopgate.approvals"
+	// PendingPrefix lists the questions awaiting a human:
+	// loopgate.pending.<tenant>.<run_id>.<call_id> (see PendingSubject).
+	PendingPrefix = "loopgate.pending"
 )
+
+// PendingSubject is where a question awaiting a human is listed, from its
+// request to its decision.
+func PendingSubject(tenant, runID, callID string) string {
+	return PendingPrefix + "." + tenant + "." + runID + "." + callID
+}
 
 // ValidToken reports whether s can stand as one subject token: 1 to 64 of
 // [A-Za-z0-9_-] (no dots, wildcards or whitespace). It is checked for every

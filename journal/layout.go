@@ -25,15 +25,15 @@ const (
 	// StreamApprovals keeps approval decisions as published:
 	// loopgate.approvals.<tenant>.<run_id>.<call_id>.
 	StreamApprovals = "LOOPGATE_APPROVALS"
+	// StreamPending lists the questions awaiting a human: one message on
+	// loopgate.pending.<tenant>.<run_id>.<call_id> from the question until
+	// its decision, which deletes it, or a little past its expiry, when
+	// its TTL does. Its subjects are what loopgate pending reads, so a
+	// listing costs what is pending, not every question ever asked.
+	StreamPending = "LOOPGATE_PENDING"
 
 	// BucketApprovals holds approval state per <run_id>.<call_id>.
 	BucketApprovals = "loopgate_approvals"
-	// BucketPending lists the questions awaiting a human, per
-	// <tenant>.<run_id>.<call_id>: a key exists from the question until
-	// its decision (or its expiry) and is what loopgate pending reads, so
-	// listing costs what is pending, not every question ever asked. It is
-	// created with LimitMarkerTTL: keys and their removal markers age out.
-	BucketPending = "loopgate_pending"
 	// BucketIdempotency holds one entry per <operation_id>. It is created
 	// with LimitMarkerTTL, so entries can carry their own TTL.
 	BucketIdempotency = "loopgate_idempotency"
@@ -65,8 +65,8 @@ const SchedulesPrefix = "loopgate.schedules"
 // retried publish of a task or an event is stored once.
 const duplicateWindow = 2 * time.Minute
 
-// markerTTL is how long BucketIdempotency and BucketPending keep the
-// marker of a key its TTL removed. Any positive value enables per-key TTLs.
+// markerTTL is how long BucketIdempotency keeps the marker of a key its TTL
+// removed. Any positive value enables per-key TTLs.
 const markerTTL = time.Minute
 
 // Layout sizes what Ensure creates. The zero value is the single-node
@@ -180,6 +180,18 @@ func (l Layout) streams() []jetstream.StreamConfig {
 			Replicas:    l.Replicas,
 			Duplicates:  duplicateWindow,
 		},
+		{
+			Name:              StreamPending,
+			Description:       "loopgate questions awaiting a human, for listing",
+			Subjects:          []string{events.PendingPrefix + ".*.*.*"},
+			Retention:         jetstream.LimitsPolicy,
+			Storage:           jetstream.FileStorage,
+			Replicas:          l.Replicas,
+			MaxMsgsPerSubject: 1,
+			// A question's message ages out a little past its expiry if
+			// its decision did not delete it (no marker is left).
+			AllowMsgTTL: true,
+		},
 	}
 }
 
@@ -194,13 +206,6 @@ func (l Layout) buckets() []jetstream.KeyValueConfig {
 		{
 			Bucket:         BucketIdempotency,
 			Description:    "loopgate idempotency records per <operation_id>",
-			Storage:        jetstream.FileStorage,
-			Replicas:       l.Replicas,
-			LimitMarkerTTL: markerTTL,
-		},
-		{
-			Bucket:         BucketPending,
-			Description:    "loopgate questions awaiting a human per <tenant>.<run_id>.<call_id>",
 			Storage:        jetstream.FileStorage,
 			Replicas:       l.Replicas,
 			LimitMarkerTTL: markerTTL,

@@ -62,7 +62,7 @@ func seed(t *testing.T, b *bundle) seeded {
 	s.entry = approvals.Entry{Kind: approvals.KindApproval, Round: 1, Tenant: tenant, RunID: s.runID, CallID: callID,
 		Step: 1, Tool: "draft_escalation", Args: json.RawMessage(`{"request_id":"SR-10421"}`), ArgsHash: "sha256:00",
 		OperationID: "op-1", Principal: "dev@cityops", RequestedAt: at, ExpiresAt: at.Add(time.Hour)}
-	pkv, err := w.js.KeyValue(ctx, journal.BucketPending)
+	pkv, err := approvals.OpenIndex(ctx, w.js, journal.StreamPending)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,9 +156,9 @@ func TestApproverDecidesItsTenantsCallsAndReadsPendingState(t *testing.T) {
 	if err != nil {
 		t.Fatalf("open %s as approver: %v", journal.BucketApprovals, err)
 	}
-	pkv, err := ok.js.KeyValue(ctx, journal.BucketPending)
+	pkv, err := approvals.OpenIndex(ctx, ok.js, journal.StreamPending)
 	if err != nil {
-		t.Fatalf("open %s as approver: %v", journal.BucketPending, err)
+		t.Fatalf("open %s as approver: %v", journal.StreamPending, err)
 	}
 	store := approvals.NewStore(kv, pkv)
 	entry, _, err := store.Get(ctx, s.runID, callID)
@@ -215,13 +215,9 @@ func TestApproverDecidesItsTenantsCallsAndReadsPendingState(t *testing.T) {
 		return ckv.Delete(ctx, key)
 	})
 	c.deniedPublish(t, "$JS.API.STREAM.PURGE.KV_loopgate_approvals", c.jsRequest("$JS.API.STREAM.PURGE.KV_loopgate_approvals", `{}`))
-	cpkv, err := c.js.KeyValue(ctx, journal.BucketPending)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.deniedPublish(t, "$KV.loopgate_pending."+approvals.PendingKey(tenant, s.runID, callID), func(ctx context.Context) error {
-		return cpkv.Purge(ctx, approvals.PendingKey(tenant, s.runID, callID))
-	})
+	listed := events.PendingSubject(tenant, s.runID, callID)
+	c.deniedPublish(t, listed, c.publish(listed))
+	c.deniedPublish(t, "$JS.API.STREAM.MSG.DELETE."+journal.StreamPending, c.jsRequest("$JS.API.STREAM.MSG.DELETE."+journal.StreamPending, `{"seq":1}`))
 	c.deniedPublish(t, "$JS.API.STREAM.DELETE.KV_loopgate_approvals", func(ctx context.Context) error {
 		return c.js.DeleteKeyValue(ctx, journal.BucketApprovals)
 	})

@@ -221,11 +221,11 @@ func (p *Pool) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("worker: bucket %s: %w", journal.BucketIdempotency, err)
 	}
-	pkv, err := p.js.KeyValue(ctx, journal.BucketPending)
+	index, err := approvals.OpenIndex(ctx, p.js, journal.StreamPending)
 	if err != nil {
-		return fmt.Errorf("worker: bucket %s: %w", journal.BucketPending, err)
+		return fmt.Errorf("worker: stream %s: %w", journal.StreamPending, err)
 	}
-	p.approvals, p.idem = approvals.NewStore(akv, pkv), idempotency.NewStore(ikv)
+	p.approvals, p.idem = approvals.NewStore(akv, index), idempotency.NewStore(ikv)
 	skv, err := p.js.KeyValue(ctx, journal.BucketSessions)
 	if err != nil {
 		return fmt.Errorf("worker: bucket %s: %w", journal.BucketSessions, err)

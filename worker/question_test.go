@@ -69,7 +69,7 @@ func TestAnAnswerToAStrayEntryIsRejected(t *testing.T) {
 	}
 	stray := pendingEntry(t, b, runID, "s1c1")
 	stray.CallID = "s1c9"
-	pkv, err := b.env.JS.KeyValue(t.Context(), journal.BucketPending)
+	pkv, err := approvals.OpenIndex(t.Context(), b.env.JS, journal.StreamPending)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,11 +16,12 @@ import (
 	"github.com/loopgate/loopgate/tools"
 )
 
-// A decided question's expiry is cancelled: its schedule would otherwise
-// stay in the server, about 500 bytes of heap and a stored message, until
-// it fired an approval TTL (24 h by default) later, to find the run long
-// past the question.
-func TestADecidedQuestionsExpiryIsCancelled(t *testing.T) {
+// A decided question leaves nothing behind in the server: it is no longer
+// listed (LOOPGATE_PENDING), and its expiry is cancelled, whose schedule
+// would otherwise stay, about 500 bytes of heap and a stored message,
+// until it fired an approval TTL (24 h by default) later, to find the run
+// long past the question.
+func TestADecidedQuestionLeavesNothingBehind(t *testing.T) {
 	t.Parallel()
 	b := setup(t, oneDraft(t, "drafted"))
 	runID, q := draftRun(t, b, "cancel-expiry")
@@ -33,9 +34,20 @@ func TestADecidedQuestionsExpiryIsCancelled(t *testing.T) {
 	if err != nil || m.Header.Get("Nats-Schedule") == "" {
 		t.Fatalf("the parked run's expiry schedule: %v %v", m, err)
 	}
+	index, err := b.env.JS.Stream(t.Context(), journal.StreamPending)
+	if err != nil {
+		t.Fatal(err)
+	}
+	listed := events.PendingSubject("cityops", runID, "s1c1")
+	if _, err := index.GetLastMsgForSubject(t.Context(), listed); err != nil {
+		t.Fatalf("the parked run's question is not listed: %v", err)
+	}
 	b.publishApproval(runID, "s1c1", q.ArgsHash, "approve", "supervisor@cityops", "")
 	if fin := last[events.FinishedData](t, b.waitEnd(runID), events.TypeFinished); fin.Reason != events.ReasonDone {
 		t.Fatalf("run ended %s", fin.Reason)
+	}
+	if _, err := index.GetLastMsgForSubject(t.Context(), listed); !errors.Is(err, jetstream.ErrMsgNotFound) {
+		t.Errorf("the decided question is still listed: %v", err)
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
