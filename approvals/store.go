@@ -63,7 +63,7 @@ func NewStore(entries jetstream.KeyValue, pending *Index) *Store {
 }
 
 // listedGrace keeps a question listed a little past its expiry: the expiry
-// itself is decided by the run's wake-up, which takes the key away.
+// itself is decided by the run's wake-up, which takes it out of the index.
 const listedGrace = time.Minute
 
 // Get returns a call's entry and its revision.
@@ -92,7 +92,7 @@ func (s *Store) Get(ctx context.Context, runID, callID string) (Entry, uint64, e
 func (s *Store) Request(ctx context.Context, e Entry) (Entry, error) {
 	e.State = StatePending
 	// Listed first: a question is never pending without being listed. A
-	// key listed for an entry that then failed to be written is skipped
+	// question listed whose entry then failed to be written is skipped
 	// when listing, and ages out.
 	listed, err := s.list(ctx, e)
 	if err != nil {

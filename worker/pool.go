@@ -468,9 +468,10 @@ func scheduled(msg jetstream.Msg) bool {
 }
 
 // finished reports whether the run's last event ends it, with one message
-// get. Every approval leaves a schedule for its expiry, which fires even
-// when the question was answered long before: an hour after a run's end,
-// its wake-ups must not each read the whole run.
+// get. A question's expiry schedule can outlive its run (its cancel was
+// lost, or the answer came before the worker scheduled it) and fire an
+// approval TTL after the run's end: such a wake-up must not read the
+// whole run.
 func (p *Pool) finished(ctx context.Context, tenant, runID string) bool {
 	e, ok, err := p.journal.Last(ctx, tenant, runID)
 	return err == nil && ok && e.Type == events.TypeFinished
