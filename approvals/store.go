@@ -174,6 +174,61 @@ func (s *Store) Decide(ctx context.Context, e Entry, rev uint64) error {
 	return nil
 }
 
+// ListUnlisted puts in the index every pending entry that is not there yet,
+// and returns how many it listed. It reads every entry: it is for a store
+// whose index has never held anything, which is what the upgrade that
+// added the index finds (the questions asked before it were never
+// listed). Running it again, or in two processes at once, lists nothing
+// twice.
+func (s *Store) ListUnlisted(ctx context.Context) (int, error) {
+	if s.pending == nil {
+		return 0, errors.New("list approvals: no index of pending questions")
+	}
+	info, err := s.pending.stream.Info(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("index of pending approvals: %w", err)
+	}
+	if info.State.LastSeq != 0 {
+		return 0, nil // the index is in use
+	}
+	lister, err := s.kv.ListKeys(ctx)
+	if errors.Is(err, jetstream.ErrNoKeysFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("list approvals: %w", err)
+	}
+	defer lister.Stop()
+	n := 0
+	for key := range lister.Keys() {
+		runID, callID, ok := strings.Cut(key, ".")
+		if !ok {
+			continue
+		}
+		e, _, err := s.Get(ctx, runID, callID)
+		if errors.Is(err, ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return n, err
+		}
+		if !e.Pending() {
+			continue
+		}
+		// Listed without its sequence in the entry: its decision will not
+		// delete it, and the listing skips it once decided until it ages
+		// out with the question.
+		seq, err := s.list(ctx, e)
+		if err != nil {
+			return n, err
+		}
+		if seq != 0 {
+			n++
+		}
+	}
+	return n, nil
+}
+
 // Pending lists pending entries, of one tenant when tenant is not empty:
 // the questions in the LOOPGATE_PENDING index, each read back from its
 // entry (one whose deletion was lost is skipped). Its cost is what is

@@ -156,3 +156,44 @@ func TestAListedQuestionAgesOutAfterItExpires(t *testing.T) {
 		t.Errorf("index after asking twice: %+v %v, want one message", info.State, err)
 	}
 }
+
+// The questions asked before the index existed (the upgrade that added it
+// finds them parked) are listed once, by the first process that starts;
+// after that a start costs one stream info.
+func TestQuestionsAskedBeforeTheIndexAreListedOnce(t *testing.T) {
+	t.Parallel()
+	env := natstest.StartWith(t, natstest.Options{SyncInterval: "2m"})
+	ctx := t.Context()
+	kv, err := env.JS.KeyValue(ctx, journal.BucketApprovals)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := approvals.NewStore(kv, nil) // as before the index
+	for i := range 3 {
+		if _, err := old.Request(ctx, question("cityops", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e, rev, err := old.Get(ctx, question("cityops", 0).RunID, "s1c1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.State, e.Decision = "approved", approvals.Approve
+	if err := old.Decide(ctx, e, rev); err != nil {
+		t.Fatal(err)
+	}
+
+	store := openStore(t, env)
+	if got, err := store.Pending(ctx, ""); err != nil || len(got) != 0 {
+		t.Fatalf("pending before listing = %d (%v), want none listed yet", len(got), err)
+	}
+	if n, err := store.ListUnlisted(ctx); err != nil || n != 2 {
+		t.Fatalf("ListUnlisted = %d, %v; want the 2 pending questions", n, err)
+	}
+	if got, err := store.Pending(ctx, "cityops"); err != nil || len(got) != 2 {
+		t.Errorf("pending after listing = %d (%v), want 2", len(got), err)
+	}
+	if n, err := store.ListUnlisted(ctx); err != nil || n != 0 {
+		t.Errorf("ListUnlisted again = %d, %v; want 0 (the index is in use)", n, err)
+	}
+}

@@ -361,6 +361,38 @@ func TestWorkerMayDeadLetterAndReadEveryBucket(t *testing.T) {
 			t.Errorf("read %s as worker: %v, want not found", bucket, err)
 		}
 	}
+	// A pool starting on an index that never held anything lists the
+	// questions asked before it (the upgrade that added it): a KV watch of
+	// the entries, and a listing per pending one, deleted when decided.
+	akv, err := c.js.KeyValue(ctx, journal.BucketApprovals)
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := time.Now()
+	asked := approvals.Entry{Kind: approvals.KindApproval, Round: 1, Tenant: tenant, RunID: events.RunID(tenant, "t-8"), CallID: callID,
+		Step: 1, Tool: "draft_escalation", ArgsHash: "sha256:00", Principal: "dev@cityops", RequestedAt: at, ExpiresAt: at.Add(time.Hour)}
+	if _, err := approvals.NewStore(akv, nil).Request(ctx, asked); err != nil {
+		t.Fatal(err)
+	}
+	index, err := approvals.OpenIndex(ctx, c.js, journal.StreamPending)
+	if err != nil {
+		t.Fatalf("open %s as worker: %v", journal.StreamPending, err)
+	}
+	store := approvals.NewStore(akv, index)
+	if n, err := store.ListUnlisted(ctx); err != nil || n != 1 {
+		t.Errorf("list the question asked before the index as worker: %d, %v", n, err)
+	}
+	e, rev, err := store.Get(ctx, asked.RunID, callID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.State, e.Decision = "denied", approvals.Deny
+	if err := store.Decide(ctx, e, rev); err != nil {
+		t.Errorf("decide as worker: %v", err)
+	}
+	if got, err := store.Pending(ctx, tenant); err != nil || len(got) != 0 {
+		t.Errorf("pending after the decision: %d (%v), want none", len(got), err)
+	}
 	c.noViolations(t)
 }
 

@@ -226,6 +226,14 @@ func (p *Pool) Start(ctx context.Context) error {
 		return fmt.Errorf("worker: stream %s: %w", journal.StreamPending, err)
 	}
 	p.approvals, p.idem = approvals.NewStore(akv, index), idempotency.NewStore(ikv)
+	// After the upgrade that added the index of pending questions, list
+	// the questions asked before it, or loopgate pending would not show
+	// them. A no-op (one stream info) once the index has held anything.
+	if n, err := p.approvals.ListUnlisted(ctx); err != nil {
+		p.log.WarnContext(ctx, "list the questions asked before the index of pending questions existed", "err", err)
+	} else if n > 0 {
+		p.log.InfoContext(ctx, "listed the questions asked before the index of pending questions existed", "questions", n)
+	}
 	skv, err := p.js.KeyValue(ctx, journal.BucketSessions)
 	if err != nil {
 		return fmt.Errorf("worker: bucket %s: %w", journal.BucketSessions, err)
