@@ -226,14 +226,6 @@ func (p *Pool) Start(ctx context.Context) error {
 		return fmt.Errorf("worker: stream %s: %w", journal.StreamPending, err)
 	}
 	p.approvals, p.idem = approvals.NewStore(akv, index), idempotency.NewStore(ikv)
-	// After the upgrade that added the index of pending questions, list
-	// the questions asked before it, or loopgate pending would not show
-	// them. A no-op (one stream info) once the index has held anything.
-	if n, err := p.approvals.ListUnlisted(ctx); err != nil {
-		p.log.WarnContext(ctx, "list the questions asked before the index of pending questions existed", "err", err)
-	} else if n > 0 {
-		p.log.InfoContext(ctx, "listed the questions asked before the index of pending questions existed", "questions", n)
-	}
 	skv, err := p.js.KeyValue(ctx, journal.BucketSessions)
 	if err != nil {
 		return fmt.Errorf("worker: bucket %s: %w", journal.BucketSessions, err)
@@ -285,8 +277,23 @@ func (p *Pool) Start(ctx context.Context) error {
 	// Approval messages are decided in as many lanes as there are workers,
 	// each run's in order in its lane (see consumeApprovals).
 	p.wg.Go(func() { p.consumeApprovals(runCtx, aiter, p.opts.Workers) })
+	p.wg.Go(func() { p.listUnlisted(runCtx) })
 	p.log.InfoContext(ctx, "workers started", "workers", p.opts.Workers)
 	return nil
+}
+
+// listUnlisted lists, after the upgrade that added the index of pending
+// questions, the questions asked before it, or loopgate pending would not
+// show them. It reads every entry, so it does not hold up the start; once
+// the index has held anything it is one stream info request.
+func (p *Pool) listUnlisted(ctx context.Context) {
+	n, err := p.approvals.ListUnlisted(ctx)
+	switch {
+	case err != nil && ctx.Err() == nil:
+		p.log.WarnContext(ctx, "list the questions asked before the index of pending questions existed", "err", err)
+	case n > 0:
+		p.log.InfoContext(ctx, "listed the questions asked before the index of pending questions existed", "questions", n)
+	}
 }
 
 // Stop stops taking messages, lets runs in progress finish until ctx is

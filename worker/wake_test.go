@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/loopgate/loopgate/approvals"
 	"github.com/loopgate/loopgate/config"
 	"github.com/loopgate/loopgate/events"
 	"github.com/loopgate/loopgate/journal"
@@ -150,5 +151,45 @@ func TestAWakeUpAfterTheRunsEndReadsOnlyItsLastEvent(t *testing.T) {
 	after, _, err := b.env.Journal.Load(t.Context(), "cityops", runID)
 	if err != nil || len(after) != len(evs) {
 		t.Errorf("after the wake-up the run has %d events (%v), want the same %d", len(after), err, len(evs))
+	}
+}
+
+// After the upgrade that added the index of pending questions, a starting
+// pool lists the questions asked before it (parked runs an operator must
+// still see in loopgate pending).
+func TestAStartingPoolListsTheQuestionsAskedBeforeTheIndex(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{})
+	b.stopPool() // its own start's listing is over: the index is still empty
+	kv, err := b.env.JS.KeyValue(t.Context(), journal.BucketApprovals)
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := time.Now()
+	asked := approvals.Entry{Kind: approvals.KindApproval, Round: 1, Tenant: "cityops", RunID: events.RunID("cityops", "before-the-index"),
+		CallID: "s3c1", Tool: "draft_escalation", ArgsHash: "sha256:00", Principal: "dev@cityops", RequestedAt: at, ExpiresAt: at.Add(time.Hour)}
+	if _, err := approvals.NewStore(kv, nil).Request(t.Context(), asked); err != nil { // as before the index
+		t.Fatal(err)
+	}
+	index, err := approvals.OpenIndex(t.Context(), b.env.JS, journal.StreamPending)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := approvals.NewStore(kv, index)
+	if got, err := store.Pending(t.Context(), "cityops"); err != nil || len(got) != 0 {
+		t.Fatalf("listed before a pool started: %d (%v)", len(got), err)
+	}
+	upgraded := b.newPool()
+	t.Cleanup(func() { _ = upgraded.Stop(context.Background()) })
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		got, err := store.Pending(t.Context(), "cityops")
+		if err == nil && len(got) == 1 && got[0].RunID == asked.RunID {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the question asked before the index is not listed: %v %v\nlogs:\n%s", got, err, b.logs.String())
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
