@@ -78,7 +78,7 @@ const codeDuplicateInProcess jetstream.ErrorCode = 10158
 // reap consumers whose reader died.
 const (
 	readInactive  = 10 * time.Second
-	readWait      = time.Second // a pull asks for what exists: it waits only if some aged out
+	readWait      = time.Second // a pull asks for what exists: it waits only if something went wrong
 	readRetries   = 5
 	watchInactive = 30 * time.Second
 	readBatch     = 256
@@ -515,7 +515,11 @@ func (j *Journal) readFrom(ctx context.Context, filter string, from, upTo uint64
 		case err != nil:
 			return nil, 0, fmt.Errorf("read after stream seq %d: %w", seq, err)
 		case got == 0:
-			return out, seq, nil // aged out meanwhile
+			// Nothing came in readWait though the consumer counted more:
+			// its server went away, or they aged out since. An error, not
+			// a short read: the caller reads again (a run with a gap would
+			// not fold, and an audit must not look complete).
+			return nil, 0, fmt.Errorf("read after stream seq %d: %d of %d events came", seq, len(out), want)
 		}
 	}
 	return out, seq, nil

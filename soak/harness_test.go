@@ -20,6 +20,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -479,14 +480,22 @@ type approver struct {
 	js     jetstream.JetStream
 	ctx    context.Context
 	cancel context.CancelFunc
+	ccMu   sync.Mutex
 	cc     jetstream.ConsumeContext
 	pubs   sync.WaitGroup
-	signer *signer
+	// lastEvent is when the approver last received an event (unix ns),
+	// for the watchdog of follow.
+	lastEvent atomic.Int64
+	signer    *signer
 	// troubled is closed at the first problem, so waits can fail fast.
 	troubled     chan struct{}
 	troubledOnce sync.Once
 
-	mu         sync.Mutex
+	mu sync.Mutex
+	// lastSeq is the stream sequence of the last event handled: a
+	// consumer made again starts after it, and anything at or before it
+	// is not handled twice.
+	lastSeq    uint64
 	questions  map[string]events.ApprovalRequestedData // run/call
 	sent       map[string]bool                         // run/call/round
 	ended      map[string]ending
@@ -522,38 +531,95 @@ func startApprover(t testing.TB, js jetstream.JetStream) *approver {
 		ended: map[string]ending{}, waiters: map[string]chan struct{}{},
 		held: map[string]bool{}, heldApprovals: map[string][]func(){}, heldParked: map[string]chan struct{}{},
 	}
-	prefix := "loopgate.events." + tenant + ".*."
-	cons, err := js.OrderedConsumer(ctx, "LOOPGATE_EVENTS", jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{prefix + "approval_requested", prefix + "parked", prefix + "approval_rejected", prefix + "finished"},
-		DeliverPolicy:  jetstream.DeliverAllPolicy,
-	})
-	if err != nil {
+	if err := a.follow(1); err != nil {
 		cancel()
-		t.Fatalf("approver: ordered consumer: %v", err)
+		t.Fatalf("approver: %v", err)
 	}
-	// A short pull expiry (heartbeat 1s): when a server dies with the
-	// consumer's pull pending, the approver notices in about 2s, not 10s,
-	// so its own lag does not hide loopgate's in the cluster numbers.
-	a.cc, err = cons.Consume(a.handle, jetstream.PullExpiry(3*time.Second), jetstream.PullHeartbeat(time.Second), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
-		// Heartbeat misses and resets while a server is down are expected;
-		// the ordered consumer recreates itself where it left off.
-		t.Logf("approver: consume: %v", err)
-	}))
-	if err != nil {
-		cancel()
-		t.Fatalf("approver: consume: %v", err)
-	}
+	a.pubs.Go(a.watchdog)
 	t.Cleanup(a.stop)
 	return a
 }
 
+// follow (again) consumes the events the approver acts on from stream
+// sequence from, through an ordered consumer.
+func (a *approver) follow(from uint64) error {
+	prefix := "loopgate.events." + tenant + ".*."
+	cons, err := a.js.OrderedConsumer(a.ctx, "LOOPGATE_EVENTS", jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{prefix + "approval_requested", prefix + "parked", prefix + "approval_rejected", prefix + "finished"},
+		DeliverPolicy:  jetstream.DeliverByStartSequencePolicy,
+		OptStartSeq:    from,
+	})
+	if err != nil {
+		return fmt.Errorf("ordered consumer: %w", err)
+	}
+	// A short pull expiry (heartbeat 1s): when a server dies with the
+	// consumer's pull pending, the approver notices in about 2s, not 10s,
+	// so its own lag does not hide loopgate's in the cluster numbers.
+	cc, err := cons.Consume(a.handle, jetstream.PullExpiry(3*time.Second), jetstream.PullHeartbeat(time.Second), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+		// Heartbeat misses and resets while a server is down are expected;
+		// the ordered consumer recreates itself where it left off.
+		a.t.Logf("approver: consume: %v", err)
+	}))
+	if err != nil {
+		return fmt.Errorf("consume: %w", err)
+	}
+	a.lastEvent.Store(time.Now().UnixNano())
+	a.ccMu.Lock()
+	a.cc = cc
+	a.ccMu.Unlock()
+	return nil
+}
+
+// followIdle is how long the approver waits without an event before it
+// makes its consumer again. Once, after a node was killed, nats.go's
+// ordered consumer kept failing to recreate itself for minutes (its reset
+// retries forever, without reporting why), and the test waited for
+// approvals that never came. Making the consumer again when nothing came
+// for a while costs nothing when all is well.
+const followIdle = 15 * time.Second
+
+func (a *approver) watchdog() {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-a.ctx.Done():
+			return
+		case <-tick.C:
+		}
+		if time.Since(time.Unix(0, a.lastEvent.Load())) < followIdle {
+			continue
+		}
+		a.ccMu.Lock()
+		a.cc.Stop()
+		a.ccMu.Unlock()
+		a.mu.Lock()
+		from := a.lastSeq + 1
+		a.mu.Unlock()
+		if err := a.follow(from); err != nil {
+			a.t.Logf("approver: no event for %s; following again from stream seq %d failed: %v", followIdle, from, err)
+			a.lastEvent.Store(time.Now().UnixNano()) // try again after followIdle
+			continue
+		}
+		a.t.Logf("approver: no event for %s; following again from stream seq %d", followIdle, from)
+	}
+}
+
 func (a *approver) stop() {
-	a.cc.Stop()
 	a.cancel()
+	a.ccMu.Lock()
+	a.cc.Stop()
+	a.ccMu.Unlock()
 	a.pubs.Wait()
 }
 
 func (a *approver) handle(msg jetstream.Msg) {
+	a.lastEvent.Store(time.Now().UnixNano())
+	md, err := msg.Metadata()
+	if err != nil {
+		a.problem("event on %s without metadata: %v", msg.Subject(), err)
+		return
+	}
 	var e events.Event
 	if err := json.Unmarshal(msg.Data(), &e); err != nil {
 		a.problem("undecodable event on %s: %v", msg.Subject(), err)
@@ -561,6 +627,10 @@ func (a *approver) handle(msg jetstream.Msg) {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if md.Sequence.Stream <= a.lastSeq {
+		return // delivered again by a consumer made again (watchdog)
+	}
+	a.lastSeq = md.Sequence.Stream
 	defer func() {
 		if len(a.problems) > 0 || len(a.needsHuman) > 0 {
 			a.troubledOnce.Do(func() { close(a.troubled) })
