@@ -229,7 +229,8 @@ func (s *Store) ListUnlisted(ctx context.Context) (int, error) {
 	return n, nil
 }
 
-// Pending lists pending entries, of one tenant when tenant is not empty:
+// Pending lists pending entries, oldest first, of one tenant when tenant is
+// not empty:
 // the questions in the LOOPGATE_PENDING index, each read back from its
 // entry (one whose deletion was lost is skipped). Its cost is what is
 // pending, not every question ever asked (BenchmarkPendingListing).

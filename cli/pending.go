@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/loopgate/loopgate/approvals"
@@ -48,7 +47,6 @@ func runPending(ctx context.Context, e env, args []string) int {
 	if err != nil {
 		return fail(e, "pending: %v", err)
 	}
-	slices.SortFunc(entries, func(a, b approvals.Entry) int { return a.RequestedAt.Compare(b.RequestedAt) })
 	if *asJSON {
 		for _, ent := range entries {
 			b, _ := json.Marshal(ent)
