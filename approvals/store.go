@@ -226,8 +226,21 @@ func (s *Store) ListUnlisted(ctx context.Context) (int, error) {
 			n++
 		}
 	}
+	if n == 0 {
+		// Nothing was pending: mark the index as used all the same, with
+		// a message that ages out at once, or every start would read
+		// every entry again until the next question.
+		if _, err := s.pending.js.Publish(ctx, events.PendingSubject(indexMark[0], indexMark[1], indexMark[2]), nil, jetstream.WithMsgTTL(time.Second)); err != nil {
+			return 0, fmt.Errorf("mark the index of pending approvals as used: %w", err)
+		}
+	}
 	return n, nil
 }
+
+// indexMark is the subject tokens of the message that marks the index as
+// used when the one-time listing found nothing to list. No entry has its
+// run and call, so a listing that sees it in its second skips it.
+var indexMark = [3]string{"loopgate", "index", "listed"}
 
 // Pending lists pending entries, oldest first, of one tenant when tenant is
 // not empty:

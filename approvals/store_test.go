@@ -197,3 +197,51 @@ func TestQuestionsAskedBeforeTheIndexAreListedOnce(t *testing.T) {
 		t.Errorf("ListUnlisted again = %d, %v; want 0 (the index is in use)", n, err)
 	}
 }
+
+// A deployment whose questions were all answered before the upgrade reads
+// its entries once, not at every start until the next question.
+func TestTheOneTimeListingRunsOnceWhenNothingIsPending(t *testing.T) {
+	t.Parallel()
+	env := natstest.StartWith(t, natstest.Options{SyncInterval: "2m"})
+	ctx := t.Context()
+	kv, err := env.JS.KeyValue(ctx, journal.BucketApprovals)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := approvals.NewStore(kv, nil)
+	q, err := old.Request(ctx, question("cityops", 7))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rev, err := old.Get(ctx, q.RunID, q.CallID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q.State, q.Decision = "approved", approvals.Approve
+	if err := old.Decide(ctx, q, rev); err != nil {
+		t.Fatal(err)
+	}
+	store := openStore(t, env)
+	if n, err := store.ListUnlisted(ctx); err != nil || n != 0 {
+		t.Fatalf("ListUnlisted = %d, %v; want 0 (nothing pending)", n, err)
+	}
+	gets, err := env.Conn.SubscribeSync("$JS.API.STREAM.MSG.GET.KV_" + journal.BucketApprovals)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := env.Conn.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := store.ListUnlisted(ctx); err != nil || n != 0 {
+		t.Fatalf("ListUnlisted again = %d, %v", n, err)
+	}
+	if err := env.Conn.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if n, _, _ := gets.Pending(); n != 0 {
+		t.Errorf("the second start read %d entries, want none", n)
+	}
+	if got, err := store.Pending(ctx, ""); err != nil || len(got) != 0 {
+		t.Errorf("pending = %+v (%v), want nothing (the mark is not a question)", got, err)
+	}
+}

@@ -160,7 +160,12 @@ func TestAWakeUpAfterTheRunsEndReadsOnlyItsLastEvent(t *testing.T) {
 func TestAStartingPoolListsTheQuestionsAskedBeforeTheIndex(t *testing.T) {
 	t.Parallel()
 	b := setup(t, options{})
-	b.stopPool() // its own start's listing is over: the index is still empty
+	// As before the upgrade: no pool, no index. (The setup pool's start
+	// used the index: it marked it as used, with nothing to list.)
+	b.stopPool()
+	if err := b.env.JS.DeleteStream(t.Context(), journal.StreamPending); err != nil {
+		t.Fatal(err)
+	}
 	kv, err := b.env.JS.KeyValue(t.Context(), journal.BucketApprovals)
 	if err != nil {
 		t.Fatal(err)
@@ -169,6 +174,10 @@ func TestAStartingPoolListsTheQuestionsAskedBeforeTheIndex(t *testing.T) {
 	asked := approvals.Entry{Kind: approvals.KindApproval, Round: 1, Tenant: "cityops", RunID: events.RunID("cityops", "before-the-index"),
 		CallID: "s3c1", Tool: "draft_escalation", ArgsHash: "sha256:00", Principal: "dev@cityops", RequestedAt: at, ExpiresAt: at.Add(time.Hour)}
 	if _, err := approvals.NewStore(kv, nil).Request(t.Context(), asked); err != nil { // as before the index
+		t.Fatal(err)
+	}
+	// The upgraded version's layout: the index, new and empty.
+	if err := journal.Ensure(t.Context(), b.env.JS, journal.Layout{AckWait: 5 * time.Second}); err != nil {
 		t.Fatal(err)
 	}
 	index, err := approvals.OpenIndex(t.Context(), b.env.JS, journal.StreamPending)
