@@ -57,7 +57,11 @@ func TestADecidedQuestionLeavesNothingBehind(t *testing.T) {
 			break // cancelled, and the cancel aged out
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the decided question's expiry schedule is still stored (err %v, headers %v)", err, m.Header)
+			var headers nats.Header
+			if m != nil {
+				headers = m.Header
+			}
+			t.Fatalf("the decided question's expiry schedule is still stored (err %v, headers %v)", err, headers)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
