@@ -105,13 +105,23 @@ func (r *run) recordOutcome(ctx context.Context, rec idempotency.Record, rev uin
 			return
 		}
 		if errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
-			cur, _, gerr := r.p.idem.Get(ctx, rec.OperationID)
-			if gerr == nil && cur.State == rec.State && cur.Attempt == rec.Attempt && cur.RunID == rec.RunID {
+			cur, curRev, gerr := r.p.idem.Get(ctx, rec.OperationID)
+			switch {
+			case gerr == nil && cur.State == rec.State && cur.Attempt == rec.Attempt && cur.RunID == rec.RunID:
+				return
+			case gerr == nil && curRev == rev:
+				// The record is still the one this attempt claimed: the
+				// mismatch was the server's, not another writer's. Seen
+				// right after a failover (make test on a loaded machine):
+				// a stream leader just elected refused the write against
+				// state it had not caught up with yet. Try again.
+				err = fmt.Errorf("record at revision %d refused as changed: %w", rev, err)
+			default:
+				r.log.WarnContext(ctx, "operation record changed under this attempt; outcome not recorded there",
+					"operation_id", rec.OperationID, "state", rec.State, "revision", rev,
+					"record_state", cur.State, "record_revision", curRev, "err", gerr)
 				return
 			}
-			r.log.WarnContext(ctx, "operation record changed under this attempt; outcome not recorded there",
-				"operation_id", rec.OperationID, "state", rec.State, "record_state", cur.State, "err", gerr)
-			return
 		}
 		if ctx.Err() != nil || !time.Now().Before(deadline) {
 			r.log.WarnContext(ctx, "record operation outcome", "operation_id", rec.OperationID, "state", rec.State, "tries", try, "err", err)
