@@ -33,6 +33,23 @@ func question(tenant string, i int) approvals.Entry {
 		ArgsHash: "sha256:00", Principal: "dev@cityops", RequestedAt: time.Now(), ExpiresAt: time.Now().Add(time.Hour)}
 }
 
+// answer decides a stored question as the approvals handler does: the
+// entry as read, compare-and-set at its revision.
+func answer(t *testing.T, store *approvals.Store, runID, callID string, d approvals.Decision) {
+	t.Helper()
+	e, rev, err := store.Get(t.Context(), runID, callID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.State, e.Decision, e.DecidedBy = "approved", d, "supervisor@cityops"
+	if d == approvals.Deny {
+		e.State = "denied"
+	}
+	if err := store.Decide(t.Context(), e, rev); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // Listing what awaits a human costs what is pending, not every question
 // ever asked: the old listing read every entry of loopgate_approvals, one
 // message get each, and took 2.7 s over 41,000 decided entries (about a
@@ -50,14 +67,7 @@ func TestPendingReadsOnlyWhatIsPending(t *testing.T) {
 			t.Fatal(err)
 		}
 		if i < asked-2 { // all but two are answered
-			_, rev, err := store.Get(ctx, e.RunID, e.CallID)
-			if err != nil {
-				t.Fatal(err)
-			}
-			e.State, e.Decision, e.DecidedBy = "approved", approvals.Approve, "supervisor@cityops"
-			if err := store.Decide(ctx, e, rev); err != nil {
-				t.Fatal(err)
-			}
+			answer(t, store, e.RunID, e.CallID, approvals.Approve)
 		}
 	}
 	if _, err := store.Request(ctx, question("harbor", asked)); err != nil {
@@ -102,14 +112,7 @@ func TestPendingReadsOnlyWhatIsPending(t *testing.T) {
 
 	// A decision takes it out.
 	e := got[0]
-	_, rev, err := store.Get(ctx, e.RunID, e.CallID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.State, e.Decision = "denied", approvals.Deny
-	if err := store.Decide(ctx, e, rev); err != nil {
-		t.Fatal(err)
-	}
+	answer(t, store, e.RunID, e.CallID, approvals.Deny)
 	index, err := env.JS.Stream(ctx, journal.StreamPending)
 	if err != nil {
 		t.Fatal(err)
@@ -174,14 +177,7 @@ func TestQuestionsAskedBeforeTheIndexAreListedOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	e, rev, err := old.Get(ctx, question("cityops", 0).RunID, "s1c1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.State, e.Decision = "approved", approvals.Approve
-	if err := old.Decide(ctx, e, rev); err != nil {
-		t.Fatal(err)
-	}
+	answer(t, old, question("cityops", 0).RunID, "s1c1", approvals.Approve)
 
 	store := openStore(t, env)
 	if got, err := store.Pending(ctx, ""); err != nil || len(got) != 0 {
@@ -213,14 +209,7 @@ func TestTheOneTimeListingRunsOnceWhenNothingIsPending(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, rev, err := old.Get(ctx, q.RunID, q.CallID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q.State, q.Decision = "approved", approvals.Approve
-	if err := old.Decide(ctx, q, rev); err != nil {
-		t.Fatal(err)
-	}
+	answer(t, old, q.RunID, q.CallID, approvals.Approve)
 	store := openStore(t, env)
 	if n, err := store.ListUnlisted(ctx); err != nil || n != 0 {
 		t.Fatalf("ListUnlisted = %d, %v; want 0 (nothing pending)", n, err)
