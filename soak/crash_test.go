@@ -12,6 +12,7 @@ import (
 
 	"github.com/loopgate/loopgate/events"
 	"github.com/loopgate/loopgate/natsd"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // crashExitCode is what a worker killed by LOOPGATE_CRASH_AT exits with.
@@ -39,8 +40,9 @@ func (c crashCase) String() string {
 // run reaches them: before and after the append of each event type the
 // worker writes (approved is appended by the approvals consumer of the
 // same process; after:approved is also where it has recorded a decision
-// and not yet published the wake-up), and the two points inside a write,
-// between the tool's side effect and its record. A point fires the first
+// and not yet published the wake-up), and the three points inside a
+// write: claimed with its tool not started, between the tool's side effect
+// and its record, and recorded with no executed event. A point fires the first
 // time the process reaches it: for executing, executed and observed that
 // is the first read (get_procedure), so those are run a second time armed
 // at the first draft, to crash around the write itself.
@@ -57,12 +59,43 @@ func crashCases() []crashCase {
 	} {
 		add("before:"+string(typ), "after:"+string(typ))
 	}
-	add("after:side_effect", "after:idempotency_record")
+	add("before:side_effect", "after:side_effect", "after:idempotency_record")
 	for _, typ := range []events.Type{events.TypeExecuting, events.TypeExecuted, events.TypeObserved} {
 		cases = append(cases, crashCase{point: "before:" + string(typ), atDraft: true}, crashCase{point: "after:" + string(typ), atDraft: true})
 	}
 	add("before:"+string(events.TypeFinished), "after:"+string(events.TypeFinished))
 	return cases
+}
+
+// parkAtFirstDraft has an unarmed worker (o) take the task to its first
+// draft's question, holding the approval back, then stops that worker
+// with SIGTERM. It returns the approver (from approverOf, called once the
+// worker has made the streams); the caller starts the worker under test
+// and releases the approval to it.
+func parkAtFirstDraft(ctx context.Context, t *testing.T, js jetstream.JetStream, approverOf func() *approver, o workerOptions, taskID string) *approver {
+	t.Helper()
+	runID := events.RunID(tenant, taskID)
+	w0 := startWorker(t, o)
+	ap := approverOf()
+	parked := ap.hold(runID)
+	if _, err := submit(ctx, js, taskID); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-parked:
+	case <-time.After(90 * time.Second):
+		t.Fatalf("run %s did not park on its first draft; log %s:\n%s", runID, w0.logPath, tail(w0.logPath, 30))
+	}
+	if code := w0.stop(30 * time.Second); code != 0 {
+		t.Fatalf("unarmed worker exited %d on SIGTERM", code)
+	}
+	// A worker stopped by SIGTERM settles what it held: the run is parked,
+	// so nothing may wait for an ack (a lost ack would come back after
+	// AckWait as a second message).
+	if err := waitDrained(ctx, js, 1500*time.Millisecond); err != nil {
+		t.Errorf("after SIGTERM of the unarmed worker: %v", err)
+	}
+	return ap
 }
 
 // crashRow is one line of the report.
@@ -138,31 +171,14 @@ func crashAtEveryPoint(t *testing.T, base string, urls []string, replicas int) {
 			var w1 *proc
 			var began time.Time
 			if cc.atDraft {
-				// An unarmed worker takes the run to its first question.
 				pre := opts
 				pre.name = fmt.Sprintf("%02d-pre", i)
-				w0 := startWorker(t, pre)
-				if ap == nil {
-					ap = startApprover(parent, js)
-				}
-				parked := ap.hold(runID)
-				if _, err := submit(ctx, js, taskID); err != nil {
-					t.Fatal(err)
-				}
-				select {
-				case <-parked:
-				case <-time.After(90 * time.Second):
-					t.Fatalf("run %s did not park on its first draft; log %s:\n%s", runID, w0.logPath, tail(w0.logPath, 30))
-				}
-				if code := w0.stop(30 * time.Second); code != 0 {
-					t.Fatalf("unarmed worker exited %d on SIGTERM", code)
-				}
-				// A worker stopped by SIGTERM settles what it held: the
-				// run is parked, so nothing may wait for an ack (a lost ack
-				// would come back after AckWait as a second message).
-				if err := waitDrained(ctx, js, 1500*time.Millisecond); err != nil {
-					t.Errorf("after SIGTERM of the unarmed worker: %v", err)
-				}
+				ap = parkAtFirstDraft(ctx, t, js, func() *approver {
+					if ap == nil {
+						ap = startApprover(parent, js) // it lives as long as the test
+					}
+					return ap
+				}, pre, taskID)
 				w1 = startWorker(t, armed)
 				began = time.Now()
 				ap.release(runID)

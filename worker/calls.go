@@ -399,6 +399,21 @@ func (r *run) backoff(ctx context.Context) error {
 // then nothing is recorded and the attempt stays in flight for whoever
 // resumes the run.
 func (r *run) invoke(ctx context.Context, a *attempt) (events.ExecutedData, error) {
+	if !r.p.now().Before(a.ex.Deadline) {
+		// The attempt's deadline passed before its tool started: this
+		// worker was stopped or starved (a frozen VM, a SIGSTOP, a long
+		// pause) past the lease its executing event announced, and
+		// another worker may own the call by now. Starting the tool late
+		// could repeat what that worker does; not starting it is known to
+		// have done nothing, so the call is retried as a new attempt.
+		r.log.WarnContext(ctx, "attempt's deadline passed before its tool started; not run",
+			"call_id", a.c.Call.ID, "tool", a.c.Call.Tool, "attempt", a.ex.Attempt, "deadline", a.ex.Deadline)
+		return events.ExecutedData{
+			Status: events.ExecTransient, ErrorClass: "deadline_passed",
+			OperationID: a.ex.OperationID, Attempt: a.ex.Attempt,
+			Message: "the attempt's deadline passed before the tool started (its worker was paused or starved); the tool was not run",
+		}, nil
+	}
 	cctx, cancel := context.WithDeadline(ctx, a.ex.Deadline)
 	defer cancel()
 	call := tools.Call{

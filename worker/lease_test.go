@@ -10,6 +10,7 @@ import (
 
 	"github.com/loopgate/loopgate/config"
 	"github.com/loopgate/loopgate/events"
+	"github.com/loopgate/loopgate/idempotency"
 	"github.com/loopgate/loopgate/journal"
 	"github.com/loopgate/loopgate/model"
 	"github.com/loopgate/loopgate/tools"
@@ -80,5 +81,62 @@ func TestAStepLongerThanAckWaitIsNotRedelivered(t *testing.T) {
 	}
 	if logs := b.logs.String(); strings.Contains(logs, "run busy") {
 		t.Errorf("the message went to a second worker while the first worked on it:\n%s", logs)
+	}
+}
+
+// A worker stopped between claiming a write and starting its tool (a
+// frozen VM, a SIGSTOP, a long pause) wakes after the attempt's deadline:
+// by then the lease its executing event announced is over and another
+// worker may own the call. It does not start the tool late; it records
+// the attempt as not run, and the write goes ahead once, as a new attempt.
+func TestAWorkerPausedPastItsDeadlineDoesNotStartTheTool(t *testing.T) {
+	t.Parallel()
+	var (
+		runs, pauses atomic.Int32
+		late         atomic.Bool
+	)
+	m, fns := ungated("create_ticket", &runs, func(ctx context.Context, c tools.Call) (any, error) {
+		if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
+			late.Store(true) // started with its deadline already gone
+		}
+		return map[string]string{"ticket": "T-" + c.OperationID[:8]}, nil
+	})
+	m.Timeout = events.Duration(300 * time.Millisecond)
+	b := setup(t, options{
+		tools: []tools.Manifest{m}, builtins: fns, roles: writerRoles("create_ticket"),
+		agents:  map[string]config.Profile{"ticketer": profile("create_ticket")},
+		scripts: map[string]model.Model{"ticketer": scripted(t, `{"tool_calls":[{"tool":"create_ticket","args":{"n":7}}]}`, `{"final_answer":{"summary":"ok"}}`)},
+		crash: func(point string) {
+			if point == "before:side_effect" && pauses.Add(1) == 1 {
+				time.Sleep(600 * time.Millisecond) // twice the call's timeout
+			}
+		},
+		workers: 1,
+	})
+	runID := b.submit(task("paused-1", "ticketer"))
+	evs := b.waitEnd(runID)
+	assertTrail(t, evs, []string{
+		"started", "proposed", "validated:ok(create_ticket)",
+		"executing(create_ticket)", "executed:transient(create_ticket)",
+		"executing(create_ticket)", "executed:ok(create_ticket)", "observed(create_ticket)",
+		"proposed:final", "finished:done",
+	})
+	if n := runs.Load(); n != 1 || late.Load() {
+		t.Errorf("the tool ran %d times (started after its deadline: %v); want once, in time", n, late.Load())
+	}
+	notRun := all(evs, events.TypeExecuted)[0]
+	var d events.ExecutedData
+	if err := notRun.Decode(&d); err != nil {
+		t.Fatal(err)
+	}
+	if d.ErrorClass != "deadline_passed" || d.Attempt != 1 {
+		t.Errorf("first attempt ended %s/%s (attempt %d), want transient/deadline_passed for attempt 1", d.Status, d.ErrorClass, d.Attempt)
+	}
+	rec, _, err := idemStore(t, b).Get(t.Context(), events.OperationID(runID, "s1c1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.State != idempotency.Completed || rec.Attempt != 2 {
+		t.Errorf("operation record %s at attempt %d, want completed by attempt 2", rec.State, rec.Attempt)
 	}
 }

@@ -62,6 +62,7 @@ func (r *run) runWrite(ctx context.Context, a *attempt) (events.ExecutedData, er
 			return out, err
 		}
 	}
+	r.p.crash("before:side_effect")
 	out, err = r.invoke(ctx, a)
 	if err != nil {
 		return out, err // stopping: the record stays in flight, an unknown outcome for whoever resumes
