@@ -51,8 +51,10 @@ type options struct {
 	workers  int
 	layout   journal.Layout // natstest's defaults when zero
 	crash    func(string)   // the pool's fault-injection hook
-	retry    time.Duration  // the pool's redelivery delay after an error
-	pricing  map[string]config.Price
+	// maxFileStore caps the server's JetStream disk use (not with cluster).
+	maxFileStore int64
+	retry        time.Duration // the pool's redelivery delay after an error
+	pricing      map[string]config.Price
 
 	// cluster runs the test on three clustered servers (R3) instead of
 	// one; b.cluster can stop and restart them.
@@ -89,7 +91,7 @@ func setup(t testing.TB, o options) *bundle {
 		}
 		env = &natstest.Env{Conn: cluster.Conn, JS: js, Journal: j}
 	} else {
-		env = natstest.StartWith(t, natstest.Options{Layout: o.layout})
+		env = natstest.StartWith(t, natstest.Options{Layout: o.layout, MaxFileStore: o.maxFileStore})
 	}
 	cfg, err := config.Load(cityops.Files, cityops.ConfigFile)
 	if o.configFile != "" {

@@ -3,10 +3,13 @@ package worker
 import (
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/loopgate/loopgate/internal/wait"
 	"github.com/loopgate/loopgate/journal"
 )
 
@@ -26,13 +29,18 @@ const (
 	// stopping: the worker is shutting down mid-run. Nak with a short
 	// delay so another worker continues promptly.
 	stopping
+	// unavailable: JetStream cannot take writes at all for now (its store
+	// is full, its cluster is electing). That is no fault of the run: the
+	// worker keeps the message and tries again, spending none of its
+	// deliveries, which are what stop a poison message.
+	unavailable
 )
 
 func (o outcome) String() string {
-	if o < 0 || int(o) >= 4 {
+	if o < 0 || int(o) >= 5 {
 		return "again"
 	}
-	return [...]string{"settled", "rejected", "retry", "stopping"}[o]
+	return [...]string{"settled", "rejected", "retry", "stopping", "unavailable"}[o]
 }
 
 // classify maps the error a run ended with to an outcome.
@@ -44,8 +52,56 @@ func classify(err error) outcome {
 		return stopping
 	case errors.Is(err, journal.ErrConflict):
 		return retry
+	case storeUnavailable(err):
+		return unavailable
 	default:
 		return retry
+	}
+}
+
+// storeUnavailable reports whether err is JetStream's answer that it
+// cannot take a write now, whatever the write: resource limits reached (a
+// full store: server, account or memory), no cluster to answer, or a
+// stream leader not ready to check a run's last sequence. Such an outage
+// lasts until JetStream recovers or an operator makes room; the errors
+// that depend on what was written (a conflict, a size limit) are not here.
+func storeUnavailable(err error) bool {
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) {
+		return false
+	}
+	switch apiErr.ErrorCode {
+	case 10002, // resource limits exceeded for account
+		10008, // JetStream system temporarily unavailable
+		10023, // insufficient resources (the server's max_file_store or max_mem_store)
+		10028, // insufficient memory resources available
+		10047, // insufficient storage resources available
+		10163: // expected last sequence per subject temporarily unavailable
+		return true
+	}
+	return false
+}
+
+// maxOutageDelay caps the wait between tries while JetStream cannot take
+// writes: short outages end promptly, long ones log once per this.
+const maxOutageDelay = 30 * time.Second
+
+// patiently runs write until JetStream takes it or answers anything but
+// storeUnavailable, waiting between tries (from the pool's RetryDelay,
+// doubling up to maxOutageDelay) for as long as the outage lasts or ctx
+// allows. what names the write for the log.
+func (p *Pool) patiently(ctx context.Context, log *slog.Logger, what string, write func() error) error {
+	delay := p.opts.RetryDelay
+	for try := 1; ; try++ {
+		err := write()
+		if !storeUnavailable(err) {
+			return err
+		}
+		log.WarnContext(ctx, "JetStream cannot store "+what+"; trying again", "try", try, "in", delay, "err", err)
+		if werr := wait.For(ctx, delay); werr != nil {
+			return fmt.Errorf("%w (while waiting out: %w)", werr, err)
+		}
+		delay = min(2*delay, maxOutageDelay)
 	}
 }
 

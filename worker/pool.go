@@ -17,6 +17,7 @@ import (
 	"github.com/loopgate/loopgate/config"
 	"github.com/loopgate/loopgate/events"
 	"github.com/loopgate/loopgate/idempotency"
+	"github.com/loopgate/loopgate/internal/wait"
 	"github.com/loopgate/loopgate/journal"
 	"github.com/loopgate/loopgate/model"
 	"github.com/loopgate/loopgate/redact"
@@ -376,16 +377,22 @@ func (p *Pool) handle(ctx context.Context, msg jetstream.Msg) {
 	defer stopHeartbeat()
 	go p.heartbeat(hbCtx, msg)
 
-	o, reason := retry, ""
-	func() {
-		defer func() {
-			if v := recover(); v != nil {
-				p.log.ErrorContext(ctx, "worker panicked; message will be redelivered", "subject", msg.Subject(), "panic", v)
-				o, reason = retry, fmt.Sprintf("worker panicked: %v", v)
-			}
-		}()
-		o, reason = p.process(ctx, msg)
-	}()
+	o, reason := p.processSafely(ctx, msg)
+	for delay := p.opts.RetryDelay; o == unavailable; delay = min(2*delay, maxOutageDelay) {
+		// JetStream could not take one of the run's writes (its store is
+		// full, its cluster has no leader): not the run's doing. Handing
+		// the message back would spend a delivery per try and stop a
+		// healthy run as a poison message within seconds (a stop that
+		// could not be recorded either). Keep it, heartbeat and all, and
+		// try again from the run's events.
+		p.log.WarnContext(ctx, "JetStream cannot store the run's writes; keeping its message and trying again",
+			"subject", msg.Subject(), "in", delay, "cause", reason)
+		if wait.For(ctx, delay) != nil {
+			o = stopping
+			break
+		}
+		o, reason = p.processSafely(ctx, msg)
+	}
 	stopHeartbeat()
 	if o == retry && p.lastDelivery(msg) {
 		// The message will not come back: stop its run with the cause
@@ -395,6 +402,18 @@ func (p *Pool) handle(ctx context.Context, msg jetstream.Msg) {
 	if err := settle(msg, o, reason, p.opts.RetryDelay); err != nil {
 		p.log.WarnContext(ctx, "settle work message", "subject", msg.Subject(), "outcome", o.String(), "err", err)
 	}
+}
+
+// processSafely is process, turning a panic into a retry: a panic is
+// logged and the message retried, never lost.
+func (p *Pool) processSafely(ctx context.Context, msg jetstream.Msg) (o outcome, reason string) {
+	defer func() {
+		if v := recover(); v != nil {
+			p.log.ErrorContext(ctx, "worker panicked; message will be redelivered", "subject", msg.Subject(), "panic", v)
+			o, reason = retry, fmt.Sprintf("worker panicked: %v", v)
+		}
+	}()
+	return p.process(ctx, msg)
 }
 
 // heartbeat keeps the message leased while its run is worked on.
@@ -525,10 +544,16 @@ func (p *Pool) failed(ctx context.Context, r *run, err error) (outcome, string) 
 			return settled, ""
 		}
 		r.log.WarnContext(ctx, "schedule wake-up at lease end", "call_id", busy.callID, "err", serr)
+		if storeUnavailable(serr) {
+			return unavailable, serr.Error()
+		}
 	}
 	o := classify(err)
-	if err != nil && o == retry {
+	switch {
+	case err != nil && o == retry:
 		r.log.WarnContext(ctx, "run interrupted; it will be continued from its events", "err", err)
+		return o, err.Error()
+	case o == unavailable:
 		return o, err.Error()
 	}
 	return o, ""

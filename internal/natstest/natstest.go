@@ -4,7 +4,10 @@ package natstest
 
 import (
 	"cmp"
+	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -38,6 +41,10 @@ type Options struct {
 	// Logger of the server. Defaults to one that discards everything below
 	// warnings and writes warnings and errors to t.Log.
 	Logger *slog.Logger
+	// MaxFileStore caps the bytes the server's JetStream may store on
+	// disk (max_file_store), for tests of a full store. Defaults to 0: the
+	// server's own limit.
+	MaxFileStore int64
 }
 
 // Start starts a server on a random port with StoreDir t.TempDir(),
@@ -77,11 +84,18 @@ func (env *Env) Restart(t testing.TB) {
 
 func (env *Env) start(t testing.TB) {
 	t.Helper()
-	s, err := natsd.Start(natsd.Config{
+	cfg := natsd.Config{
 		StoreDir:     env.Dir,
 		SyncInterval: env.opts.SyncInterval,
 		Logger:       env.opts.Logger,
-	})
+	}
+	if n := env.opts.MaxFileStore; n > 0 {
+		cfg.ConfigFile = filepath.Join(t.TempDir(), "limits.conf")
+		if err := os.WriteFile(cfg.ConfigFile, fmt.Appendf(nil, "jetstream { max_file_store: %d }\n", n), 0o600); err != nil {
+			t.Fatalf("natstest: %v", err)
+		}
+	}
+	s, err := natsd.Start(cfg)
 	if err != nil {
 		t.Fatalf("natstest: %v", err)
 	}

@@ -1,0 +1,42 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/loopgate/loopgate/journal"
+)
+
+// Only JetStream's "cannot take any write now" answers hold a run's
+// message; an error about what was written goes the usual way (a
+// redelivery, and the poison-message stop if it never succeeds).
+func TestOnlyAnOutageOfJetStreamHoldsTheMessage(t *testing.T) {
+	api := func(code jetstream.ErrorCode) error {
+		return fmt.Errorf("append executed event 5: %w", &jetstream.APIError{Code: 503, ErrorCode: code, Description: "test"})
+	}
+	for _, tc := range []struct {
+		name string
+		err  error
+		want outcome
+	}{
+		{"account limits", api(10002), unavailable},
+		{"cluster unavailable", api(10008), unavailable},
+		{"server store full", api(10023), unavailable},
+		{"memory full", api(10028), unavailable},
+		{"storage full", api(10047), unavailable},
+		{"last sequence not ready", api(10163), unavailable},
+		{"message too large", api(jetstream.JSErrCodeStreamMessageExceedsMaximum), retry},
+		{"stream not found", api(jetstream.JSErrCodeStreamNotFound), retry},
+		{"a lost race", &journal.ConflictError{Err: api(jetstream.JSErrCodeStreamWrongLastSequence)}, retry},
+		{"not an API error", errors.New("boom"), retry},
+		{"stopping while waiting", fmt.Errorf("%w (while waiting out: %w)", context.Canceled, api(10023)), stopping},
+	} {
+		if got := classify(tc.err); got != tc.want {
+			t.Errorf("%s: %v is %s, want %s", tc.name, tc.err, got, tc.want)
+		}
+	}
+}
