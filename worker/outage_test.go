@@ -24,7 +24,8 @@ import (
 // deliveries on it (and be stopped as a poison message, whose stop could
 // not be recorded either, leaving it stuck) nor lose the result its worker
 // holds. Its worker keeps the message and the result and tries again; once
-// there is room, the run goes on with its trail as if nothing happened.
+// there is room, the run goes on with its trail as if nothing happened,
+// its active-time budget untouched by the wait.
 func TestARunWaitsOutAFullStore(t *testing.T) {
 	t.Parallel()
 	entered, release := make(chan struct{}), make(chan struct{})
@@ -43,14 +44,19 @@ func TestARunWaitsOutAFullStore(t *testing.T) {
 		retry:   20 * time.Millisecond,
 		workers: 1,
 	})
-	runID := b.submit(task("full-store-1", "slow"))
+	// The outage outlasts the run's active-time budget: the time waited is
+	// JetStream's, not the run's, and must not end it.
+	tk := task("full-store-1", "slow")
+	tk.Limits = &events.Limits{MaxActive: events.Duration(1500 * time.Millisecond)}
+	runID := b.submit(tk)
 	<-entered
 	purge := fillStore(t, b.env.JS)
 	close(release)
 
 	// Refused: the executed event cannot be stored. Far more retry delays
-	// than MaxDeliver allows deliveries go by, the message held.
-	waitLogged(t, b, "JetStream cannot store the run's events", 5)
+	// than MaxDeliver allows deliveries go by (20 ms doubling: 2.5 s by
+	// the 8th try), the message held.
+	waitLogged(t, b, "JetStream cannot store the run's events", 8)
 	info := workInfo(t, b)
 	if info.NumRedelivered != 0 || info.NumAckPending != 1 {
 		t.Errorf("during the outage: %d redelivered, %d unacknowledged; want the one message held, never redelivered", info.NumRedelivered, info.NumAckPending)

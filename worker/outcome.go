@@ -83,23 +83,28 @@ func storeUnavailable(err error) bool {
 }
 
 // maxOutageDelay caps the wait between tries while JetStream cannot take
-// writes: short outages end promptly, long ones log once per this.
-const maxOutageDelay = 30 * time.Second
+// writes: a run goes on at most this long after the outage ends, and a
+// long outage logs once per this per run held.
+const maxOutageDelay = 10 * time.Second
 
 // patiently runs write until JetStream takes it or answers anything but
 // storeUnavailable, waiting between tries (from the pool's RetryDelay,
 // doubling up to maxOutageDelay) for as long as the outage lasts or ctx
-// allows. what names the write for the log.
-func (p *Pool) patiently(ctx context.Context, log *slog.Logger, what string, write func() error) error {
+// allows, and returns how long it waited. what names the write for the
+// log.
+func (p *Pool) patiently(ctx context.Context, log *slog.Logger, what string, write func() error) (waited time.Duration, err error) {
 	delay := p.opts.RetryDelay
 	for try := 1; ; try++ {
 		err := write()
 		if !storeUnavailable(err) {
-			return err
+			return waited, err
 		}
 		log.WarnContext(ctx, "JetStream cannot store "+what+"; trying again", "try", try, "in", delay, "err", err)
-		if werr := wait.For(ctx, delay); werr != nil {
-			return fmt.Errorf("%w (while waiting out: %w)", werr, err)
+		began := time.Now()
+		werr := wait.For(ctx, delay)
+		waited += time.Since(began)
+		if werr != nil {
+			return waited, fmt.Errorf("%w (while waiting out: %w)", werr, err)
 		}
 		delay = min(2*delay, maxOutageDelay)
 	}

@@ -112,7 +112,7 @@ func (r *run) append(ctx context.Context, typ events.Type, step int, callID, too
 	}
 	r.p.crash("before:" + string(typ))
 	var last uint64
-	err = r.p.patiently(ctx, r.log, "the run's events", func() (err error) {
+	err = r.storePatiently(ctx, func() (err error) {
 		last, err = r.p.journal.Append(ctx, r.last, stored)
 		return err
 	})
@@ -134,7 +134,7 @@ func (r *run) flush(ctx context.Context) error {
 		r.p.crash("before:" + string(e.Type))
 	}
 	var last uint64
-	err := r.p.patiently(ctx, r.log, "the run's events", func() (err error) {
+	err := r.storePatiently(ctx, func() (err error) {
 		last, err = r.p.journal.AppendBatch(ctx, r.last, r.staged...)
 		if errors.Is(err, journal.ErrBatchRefused) {
 			// Nothing was stored: the stream had too many batches open
@@ -157,6 +157,18 @@ func (r *run) flush(ctx context.Context) error {
 	}
 	r.last, r.staged = last, nil
 	return nil
+}
+
+// storePatiently runs an append of the run's events through
+// Pool.patiently: while JetStream cannot store them, this worker keeps
+// them (and the tool result they may carry) rather than hand the run back.
+// The time it waits is JetStream's, not the run's: it is added to the
+// run's deadline, as a run handed back and resumed would not count it
+// against the active-time budget of its next pass either.
+func (r *run) storePatiently(ctx context.Context, write func() error) error {
+	waited, err := r.p.patiently(ctx, r.log, "the run's events", write)
+	r.deadline = r.deadline.Add(waited)
+	return err
 }
 
 // warnBatchRefused tells the operator, at most once a minute, that the
