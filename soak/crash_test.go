@@ -98,6 +98,46 @@ func parkAtFirstDraft(ctx context.Context, t *testing.T, js jetstream.JetStream,
 	return ap
 }
 
+// checkLoneRun checks a run that was alone in its outbox once it has
+// finished: every check of checkRun, its idempotency records, and its
+// three drafts, each written once (watch), nothing else in the outbox,
+// and no trouble seen by the approver. It returns the report and the
+// run's events.
+func checkLoneRun(ctx context.Context, t *testing.T, js jetstream.JetStream, ap *approver, runID, outbox string, watch *outboxWatch) (*runReport, []stored) {
+	t.Helper()
+	all, err := readEvents(ctx, js, events.RunFilter(tenant, runID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := checkRun(runID, all[runID])
+	kv, err := js.KeyValue(ctx, "loopgate_idempotency")
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkIdempotency(ctx, kv, rep)
+	checkDrafts(outbox, rep)
+	drafts, temps := outboxFiles(t, outbox)
+	if len(drafts) != 3 || len(temps) != 0 {
+		rep.Problems = append(rep.Problems, fmt.Sprintf("outbox holds drafts %v and other files %v, want exactly 3 drafts", drafts, temps))
+	}
+	renames, tempWrites, overflow := watch.writes()
+	if overflow {
+		rep.Problems = append(rep.Problems, "inotify queue overflowed: write counts unknown")
+	}
+	for _, d := range drafts {
+		if renames[d] != 1 {
+			rep.Problems = append(rep.Problems, fmt.Sprintf("draft %s was written %d times", d, renames[d]))
+		}
+	}
+	if tempWrites != 3 {
+		rep.Problems = append(rep.Problems, fmt.Sprintf("the draft tool wrote %d times, want 3", tempWrites))
+	}
+	if tr := ap.trouble(); len(tr) > 0 {
+		rep.Problems = append(rep.Problems, tr...)
+	}
+	return rep, all[runID]
+}
+
 // crashRow is one line of the report.
 type crashRow struct {
 	point     string
@@ -248,41 +288,12 @@ func crashAtEveryPoint(t *testing.T, base string, urls []string, replicas int) {
 				t.Errorf("worker %s exited %d on SIGTERM, want 0", w2.name, code)
 			}
 
-			all, err := readEvents(ctx, js, events.RunFilter(tenant, runID))
-			if err != nil {
-				t.Fatal(err)
-			}
-			rep := checkRun(runID, all[runID])
+			rep, trail := checkLoneRun(ctx, t, js, ap, runID, outbox, watch)
 			row.events, row.notables = rep.Events, rep.Notables
-			kv, err := js.KeyValue(ctx, "loopgate_idempotency")
-			if err != nil {
-				t.Fatal(err)
-			}
-			checkIdempotency(ctx, kv, rep)
-			checkDrafts(outbox, rep)
-			drafts, temps := outboxFiles(t, outbox)
-			if len(drafts) != 3 || len(temps) != 0 {
-				rep.Problems = append(rep.Problems, fmt.Sprintf("outbox holds drafts %v and other files %v, want exactly 3 drafts", drafts, temps))
-			}
-			renames, tempWrites, overflow := watch.writes()
-			if overflow {
-				rep.Problems = append(rep.Problems, "inotify queue overflowed: write counts unknown")
-			}
-			for _, d := range drafts {
-				if renames[d] != 1 {
-					rep.Problems = append(rep.Problems, fmt.Sprintf("draft %s was written %d times", d, renames[d]))
-				}
-			}
-			if tempWrites != 3 {
-				rep.Problems = append(rep.Problems, fmt.Sprintf("the draft tool wrote %d times, want 3", tempWrites))
-			}
-			if tr := ap.trouble(); len(tr) > 0 {
-				rep.Problems = append(rep.Problems, tr...)
-			}
 			if len(rep.Problems) > 0 {
 				row.failed = true
 				t.Errorf("point %s, run %s:\n  %s\nevents:\n%s\nlog %s (last lines):\n%s", point, runID,
-					strings.Join(rep.Problems, "\n  "), renderTrail(all[runID]), w2.logPath, tail(w2.logPath, 25))
+					strings.Join(rep.Problems, "\n  "), renderTrail(trail), w2.logPath, tail(w2.logPath, 25))
 			}
 		})
 		if !ok {

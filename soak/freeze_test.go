@@ -88,39 +88,10 @@ func TestAFrozenWorkerDoesNotWriteLate(t *testing.T) {
 		t.Errorf("the woken worker logged %d refusals to start its tool late, want 1", n)
 	}
 
-	all, err := readEvents(ctx, js, events.RunFilter(tenant, runID))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rep := checkRun(runID, all[runID])
-	kv, err := js.KeyValue(ctx, "loopgate_idempotency")
-	if err != nil {
-		t.Fatal(err)
-	}
-	checkIdempotency(ctx, kv, rep)
-	checkDrafts(outbox, rep)
-	drafts, temps := outboxFiles(t, outbox)
-	if len(drafts) != 3 || len(temps) != 0 {
-		rep.Problems = append(rep.Problems, fmt.Sprintf("outbox holds drafts %v and other files %v, want exactly 3 drafts", drafts, temps))
-	}
-	renames, tempWrites, overflow := watch.writes()
-	if overflow {
-		rep.Problems = append(rep.Problems, "inotify queue overflowed: write counts unknown")
-	}
-	for _, d := range drafts {
-		if renames[d] != 1 {
-			rep.Problems = append(rep.Problems, fmt.Sprintf("draft %s was written %d times", d, renames[d]))
-		}
-	}
-	if tempWrites != 3 {
-		rep.Problems = append(rep.Problems, fmt.Sprintf("the draft tool wrote %d times, want 3", tempWrites))
-	}
-	if tr := ap.trouble(); len(tr) > 0 {
-		rep.Problems = append(rep.Problems, tr...)
-	}
+	rep, trail := checkLoneRun(ctx, t, js, ap, runID, outbox, watch)
 	t.Logf("run %s: %d events; %s", runID, rep.Events, strings.Join(rep.Notables, "; "))
 	if len(rep.Problems) > 0 {
-		t.Errorf("run %s:\n  %s\nevents:\n%s", runID, strings.Join(rep.Problems, "\n  "), renderTrail(all[runID]))
+		t.Errorf("run %s:\n  %s\nevents:\n%s", runID, strings.Join(rep.Problems, "\n  "), renderTrail(trail))
 	}
 }
 
