@@ -47,22 +47,26 @@ func TestARunWaitsOutAFullStore(t *testing.T) {
 	// The outage outlasts the run's active-time budget: the time waited is
 	// JetStream's, not the run's, and must not end it.
 	tk := task("full-store-1", "slow")
-	tk.Limits = &events.Limits{MaxActive: events.Duration(1500 * time.Millisecond)}
+	tk.Limits = &events.Limits{MaxActive: events.Duration(2500 * time.Millisecond)}
+	store := fillStore(t, b.env.JS, 4) // room for the run's first events
 	runID := b.submit(tk)
 	<-entered
-	purge := fillStore(t, b.env.JS)
+	err := store.top()
 	close(release)
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	// Refused: the executed event cannot be stored. Far more retry delays
-	// than MaxDeliver allows deliveries go by (20 ms doubling: 2.5 s by
-	// the 8th try), the message held.
-	waitLogged(t, b, "JetStream cannot store the run's events", 8)
+	// than MaxDeliver allows deliveries go by (20 ms doubling: 5.1 s by
+	// the 9th try), the message held.
+	waitLogged(t, b, "JetStream cannot store the run's events", 9)
 	info := workInfo(t, b)
 	if info.NumRedelivered != 0 || info.NumAckPending != 1 {
 		t.Errorf("during the outage: %d redelivered, %d unacknowledged; want the one message held, never redelivered", info.NumRedelivered, info.NumAckPending)
 	}
 
-	purge()
+	store.purge(t)
 	evs := b.waitEnd(runID)
 	assertTrail(t, evs, concat([]string{"started"}, okStep("slow_read"), []string{"proposed:final", "finished:done"}))
 }
@@ -73,14 +77,14 @@ func TestARunWaitsOutAFullStore(t *testing.T) {
 func TestAWriteWaitsOutAFullStoreAtItsClaim(t *testing.T) {
 	t.Parallel()
 	var (
-		runs   atomic.Int32
-		once   sync.Once
-		b      *bundle
-		filled = make(chan func(), 1)
+		runs     atomic.Int32
+		once     sync.Once
+		store    *storeFiller
+		toppedUp = make(chan error, 1)
 	)
 	m, fns := ungated("create_ticket", &runs, nil)
 	m.Timeout = events.Duration(500 * time.Millisecond) // a short lease to wait out after the outage
-	b = setup(t, options{
+	b := setup(t, options{
 		maxFileStore: 8 << 20,
 		tools:        []tools.Manifest{m}, builtins: fns, roles: writerRoles("create_ticket"),
 		agents:  map[string]config.Profile{"ticketer": profile("create_ticket")},
@@ -89,12 +93,16 @@ func TestAWriteWaitsOutAFullStoreAtItsClaim(t *testing.T) {
 		retry:   20 * time.Millisecond,
 		crash: func(point string) {
 			if point == "after:executing" {
-				once.Do(func() { filled <- fillStore(t, b.env.JS) })
+				once.Do(func() { toppedUp <- store.top() })
 			}
 		},
 		workers: 1,
 	})
+	store = fillStore(t, b.env.JS, 4)
 	runID := b.submit(task("full-store-2", "ticketer"))
+	if err := <-toppedUp; err != nil {
+		t.Fatal(err)
+	}
 	waitLogged(t, b, "keeping its message and trying again", 5)
 	info := workInfo(t, b)
 	if info.NumRedelivered != 0 || info.NumAckPending != 1 {
@@ -103,7 +111,7 @@ func TestAWriteWaitsOutAFullStoreAtItsClaim(t *testing.T) {
 	if n := runs.Load(); n != 0 {
 		t.Fatalf("the write ran %d times without its claim", n)
 	}
-	(<-filled)()
+	store.purge(t)
 	evs := b.waitEnd(runID)
 	assertTrail(t, evs, concat([]string{"started"}, okStep("create_ticket"), []string{"proposed:final", "finished:done"}))
 	if n := runs.Load(); n != 1 {
@@ -111,33 +119,77 @@ func TestAWriteWaitsOutAFullStoreAtItsClaim(t *testing.T) {
 	}
 }
 
-// fillStore fills the server's JetStream store with a stream of its own
-// until it refuses a write, and returns a func that deletes that stream.
-func fillStore(t *testing.T, js jetstream.JetStream) (purge func()) {
+// storeFiller fills the server's JetStream store with a stream of its own.
+type storeFiller struct {
+	js    jetstream.JetStream
+	chunk []byte
+}
+
+// fillStore publishes 256 KiB chunks to a stream of its own until the
+// server refuses one for want of room, then deletes the last free chunks:
+// the store is left with about free × 256 KiB of room.
+func fillStore(t *testing.T, js jetstream.JetStream, free int) *storeFiller {
 	t.Helper()
 	ctx := t.Context()
+	f := &storeFiller{js: js, chunk: []byte(strings.Repeat("x", 256<<10))}
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "FILLER", Subjects: []string{"filler"}, Storage: jetstream.FileStorage}); err != nil {
 		t.Fatal(err)
 	}
-	chunk := []byte(strings.Repeat("x", 256<<10))
-	for i := 0; ; i++ {
-		_, err := js.Publish(ctx, "filler", chunk)
-		var apiErr *jetstream.APIError
-		if errors.As(err, &apiErr) && apiErr.Code == 503 {
-			t.Logf("store full after %d chunks: %v", i, err)
+	var seqs []uint64
+	for {
+		ack, err := f.publish(ctx)
+		if full(err) {
 			break
 		}
 		if err != nil {
 			t.Fatal(err)
 		}
-		if i > 1000 {
+		if seqs = append(seqs, ack.Sequence); len(seqs) > 1000 {
 			t.Fatal("the store never filled up")
 		}
 	}
-	return func() {
-		if err := js.DeleteStream(context.Background(), "FILLER"); err != nil {
-			t.Fatal(fmt.Errorf("make room: %w", err))
+	st, err := js.Stream(ctx, "FILLER")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, seq := range seqs[max(len(seqs)-free, 0):] {
+		if err := st.DeleteMsg(ctx, seq); err != nil {
+			t.Fatal(err)
 		}
+	}
+	return f
+}
+
+func (f *storeFiller) publish(ctx context.Context) (*jetstream.PubAck, error) {
+	return f.js.Publish(ctx, "filler", f.chunk)
+}
+
+// full reports whether err is the server refusing a write for want of room.
+func full(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == 10023
+}
+
+// top fills the room left. It returns an error rather than failing the
+// test: it may run in a worker's goroutine.
+func (f *storeFiller) top() error {
+	for range 100 {
+		_, err := f.publish(context.Background())
+		if full(err) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("top the store up: %w", err)
+		}
+	}
+	return errors.New("the store never filled up")
+}
+
+// purge deletes the stream: room again.
+func (f *storeFiller) purge(t *testing.T) {
+	t.Helper()
+	if err := f.js.DeleteStream(context.Background(), "FILLER"); err != nil {
+		t.Fatalf("make room: %v", err)
 	}
 }
 
