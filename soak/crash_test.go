@@ -39,8 +39,10 @@ func (c crashCase) String() string {
 // crashCases are the points of LOOPGATE_CRASH_AT, in the order a happy
 // run reaches them: before and after the append of each event type the
 // worker writes (approved is appended by the approvals consumer of the
-// same process; after:approved is also where it has recorded a decision
-// and not yet published the wake-up), and the three points inside a
+// same process; before:decision is where it has checked an approval and
+// not yet written the decision to the approval's entry; after:approved is
+// also where it has recorded a decision and not yet published the
+// wake-up), and the three points inside a
 // write: claimed with its tool not started, between the tool's side effect
 // and its record, and recorded with no executed event. A point fires the first
 // time the process reaches it: for executing, executed and observed that
@@ -58,6 +60,9 @@ func crashCases() []crashCase {
 		events.TypeObserved, events.TypeApprovalRequested, events.TypeParked, events.TypeApproved,
 	} {
 		add("before:"+string(typ), "after:"+string(typ))
+		if typ == events.TypeParked {
+			add("before:decision") // in the approvals consumer, before the entry's compare-and-set
+		}
 	}
 	add("before:side_effect", "after:side_effect", "after:idempotency_record")
 	for _, typ := range []events.Type{events.TypeExecuting, events.TypeExecuted, events.TypeObserved} {

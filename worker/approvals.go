@@ -15,6 +15,7 @@ import (
 
 	"github.com/loopgate/loopgate/approvals"
 	"github.com/loopgate/loopgate/events"
+	"github.com/loopgate/loopgate/internal/wait"
 	"github.com/loopgate/loopgate/journal"
 	"github.com/loopgate/loopgate/schemas"
 )
@@ -102,6 +103,23 @@ func (p *Pool) handleApproval(ctx context.Context, msg jetstream.Msg) {
 	}
 	am := approvalMsg{subject: msg.Subject(), data: msg.Data(), seq: meta.Sequence.Stream, received: meta.Timestamp, deliveries: meta.NumDelivered}
 	o, reason := p.decideSafely(ctx, am)
+	if o == unavailable {
+		// JetStream cannot take the decision's writes: hold the message
+		// (heartbeat and all) rather than spend its deliveries on the
+		// outage and record it undecided, as handle does for a run.
+		hbCtx, stopHeartbeat := context.WithCancel(ctx)
+		go p.heartbeat(hbCtx, msg)
+		for delay := p.opts.RetryDelay; o == unavailable; delay = min(2*delay, maxOutageDelay) {
+			p.log.WarnContext(ctx, "JetStream cannot store an approval's decision; keeping its message and trying again",
+				"subject", msg.Subject(), "in", delay, "cause", reason)
+			if wait.For(ctx, delay) != nil {
+				o = stopping
+				break
+			}
+			o, reason = p.decideSafely(ctx, am)
+		}
+		stopHeartbeat()
+	}
 	if o == retry && p.lastDelivery(msg) {
 		o, reason = p.undecided(ctx, am)
 	}
@@ -211,7 +229,7 @@ func (p *Pool) decide(ctx context.Context, msg approvalMsg) (outcome, string) {
 	seq := msg.seq
 	evs, st, last, err := p.readRun(ctx, tenant, runID)
 	if err != nil {
-		return retry, ""
+		return failedOn(err)
 	}
 	if st.Started == nil {
 		p.log.WarnContext(ctx, "approval for an unknown run dropped", "tenant", tenant, "run_id", runID, "call_id", callID, "approval_seq", seq)
@@ -256,7 +274,7 @@ func (p *Pool) decide(ctx context.Context, msg approvalMsg) (outcome, string) {
 	case errors.Is(err, approvals.ErrNotFound):
 		return reject(approvals.RejectNoRequest, "no question was asked about this call", m, nil)
 	case err != nil:
-		return retry, ""
+		return failedOn(err)
 	}
 	if entry.Pending() && (c == nil || c.Request == nil || c.Request.Round < entry.Round) {
 		// The question's entry is written before its event, so that an
@@ -283,7 +301,7 @@ func (p *Pool) decide(ctx context.Context, msg approvalMsg) (outcome, string) {
 			return p.recordDecision(ctx, r, c, entry)
 		}
 		if err := p.wake(ctx, tenant, runID, wakeID(entry)); err != nil {
-			return retry, ""
+			return failedOn(err)
 		}
 		return settled, ""
 	}
@@ -302,10 +320,10 @@ func (p *Pool) decide(ctx context.Context, msg approvalMsg) (outcome, string) {
 	}, p.now())
 	if class == approvals.RejectExpired && awaiting {
 		if err := r.expire(ctx, c); err != nil && !errors.Is(err, errParked) {
-			return retry, ""
+			return failedOn(err)
 		}
 		if err := p.wake(ctx, tenant, runID, wakeID(entry)); err != nil {
-			return retry, ""
+			return failedOn(err)
 		}
 	}
 	if class != "" {
@@ -314,12 +332,13 @@ func (p *Pool) decide(ctx context.Context, msg approvalMsg) (outcome, string) {
 	entry.State = decidedState(m.Decision)
 	entry.Decision, entry.DecidedBy, entry.Reason = m.Decision, m.Approver.ID, m.Reason
 	entry.DecidedAt, entry.DecisionSeq = p.now().UTC(), seq
+	p.crash("before:decision")
 	if err := p.approvals.Decide(ctx, entry, rev); err != nil {
 		if errors.Is(err, approvals.ErrLost) {
 			cur, _, gerr := p.approvals.Get(ctx, runID, callID)
 			switch {
 			case gerr != nil:
-				return retry, ""
+				return failedOn(gerr)
 			case cur.Pending() || cur.DecisionSeq == seq:
 				// Our read of the entry was behind its last write: on a
 				// cluster a bucket's reads may be answered by a follower.
@@ -331,7 +350,7 @@ func (p *Pool) decide(ctx context.Context, msg approvalMsg) (outcome, string) {
 			}
 			return reject(approvals.RejectNotPending, "already decided: "+string(cur.Decision)+" by "+cur.DecidedBy, m, nil)
 		}
-		return retry, ""
+		return failedOn(err)
 	}
 	return p.recordDecision(ctx, r, c, entry)
 }
@@ -360,7 +379,7 @@ func (p *Pool) recordDecision(ctx context.Context, r *run, c *events.CallState, 
 	// same call and scheduling that question's expiry on the same subject.
 	p.cancelExpiry(e.Tenant, e.RunID, c.Call.ID)
 	if err := p.wake(ctx, e.Tenant, e.RunID, wakeID(e)); err != nil {
-		return retry, ""
+		return failedOn(err)
 	}
 	return settled, ""
 }
@@ -374,6 +393,16 @@ func wakeID(e approvals.Entry) string {
 func appendFailed(err error) (outcome, string) {
 	if errors.Is(err, journal.ErrConflict) {
 		return again, ""
+	}
+	return failedOn(err)
+}
+
+// failedOn is the outcome of an approval message whose run or entry could
+// not be read or written: held while JetStream cannot take writes at all
+// (see storeUnavailable), handed back otherwise.
+func failedOn(err error) (outcome, string) {
+	if storeUnavailable(err) {
+		return unavailable, err.Error()
 	}
 	return retry, ""
 }

@@ -218,3 +218,42 @@ func waitLogged(t *testing.T, b *bundle, s string, n int) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// The same outage when an approval's decision is written: the approvals
+// handler keeps the approval message (heartbeat and all) instead of
+// spending its deliveries and recording it undecided; once there is room
+// the decision is written and the run goes on, approved.
+func TestAnApprovalWaitsOutAFullStore(t *testing.T) {
+	t.Parallel()
+	var (
+		once     sync.Once
+		store    *storeFiller
+		toppedUp = make(chan error, 1)
+	)
+	o := oneDraft(t, "drafted")
+	o.maxFileStore = 8 << 20
+	o.layout = journal.Layout{MaxDeliver: 2}
+	o.retry = 20 * time.Millisecond
+	o.crash = func(point string) {
+		if point == "before:decision" {
+			once.Do(func() { toppedUp <- store.top() })
+		}
+	}
+	b := setup(t, o)
+	store = fillStore(t, b.env.JS, 4)
+	runID, q := draftRun(t, b, "full-store-3")
+	seq := b.publishApproval(runID, "s1c1", q.ArgsHash, "approve", "supervisor@cityops", "ok")
+	if err := <-toppedUp; err != nil {
+		t.Fatal(err)
+	}
+	waitLogged(t, b, "JetStream cannot store an approval's decision", 5)
+	if st := pendingEntry(t, b, runID, "s1c1"); !st.Pending() {
+		t.Fatalf("the entry was decided during the outage: %+v", st)
+	}
+	store.purge(t)
+	evs := b.waitEnd(runID)
+	assertTrail(t, evs, concat([]string{"started"}, gatedStep("draft_escalation"), []string{"proposed:final", "finished:done"}))
+	if d := last[events.ApprovedData](t, evs, events.TypeApproved); d.ApprovalSeq != seq {
+		t.Errorf("approved by approval message %d, want %d", d.ApprovalSeq, seq)
+	}
+}

@@ -117,7 +117,7 @@ func (p *Pool) decideDeadLetter(ctx context.Context, a maxDeliveriesAdvisory) {
 	}
 	msg := approvalMsg{subject: raw.Subject, data: raw.Data, seq: raw.Sequence, received: raw.Time, deliveries: a.Deliveries}
 	p.log.WarnContext(ctx, "approval message ran out of deliveries; deciding it once more", "subject", raw.Subject, "approval_seq", raw.Sequence, "deliveries", a.Deliveries)
-	if o, _ := p.decideSafely(ctx, msg); o == retry {
+	if o, _ := p.decideSafely(ctx, msg); o == retry || o == unavailable {
 		p.undecided(ctx, msg)
 	}
 }
