@@ -15,7 +15,6 @@ import (
 
 	"github.com/loopgate/loopgate/approvals"
 	"github.com/loopgate/loopgate/events"
-	"github.com/loopgate/loopgate/internal/wait"
 	"github.com/loopgate/loopgate/journal"
 	"github.com/loopgate/loopgate/schemas"
 )
@@ -109,15 +108,9 @@ func (p *Pool) handleApproval(ctx context.Context, msg jetstream.Msg) {
 		// outage and record it undecided, as handle does for a run.
 		hbCtx, stopHeartbeat := context.WithCancel(ctx)
 		go p.heartbeat(hbCtx, msg)
-		for delay := p.opts.RetryDelay; o == unavailable; delay = min(2*delay, maxOutageDelay) {
-			p.log.WarnContext(ctx, "JetStream cannot store an approval's decision; keeping its message and trying again",
-				"subject", msg.Subject(), "in", delay, "cause", reason)
-			if wait.For(ctx, delay) != nil {
-				o = stopping
-				break
-			}
-			o, reason = p.decideSafely(ctx, am)
-		}
+		o, reason = p.waitOutOutage(ctx, "an approval's decision", msg.Subject(), o, reason, func() (outcome, string) {
+			return p.decideSafely(ctx, am)
+		})
 		stopHeartbeat()
 	}
 	if o == retry && p.lastDelivery(msg) {

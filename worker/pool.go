@@ -17,7 +17,6 @@ import (
 	"github.com/loopgate/loopgate/config"
 	"github.com/loopgate/loopgate/events"
 	"github.com/loopgate/loopgate/idempotency"
-	"github.com/loopgate/loopgate/internal/wait"
 	"github.com/loopgate/loopgate/journal"
 	"github.com/loopgate/loopgate/model"
 	"github.com/loopgate/loopgate/redact"
@@ -378,21 +377,15 @@ func (p *Pool) handle(ctx context.Context, msg jetstream.Msg) {
 	go p.heartbeat(hbCtx, msg)
 
 	o, reason := p.processSafely(ctx, msg)
-	for delay := p.opts.RetryDelay; o == unavailable; delay = min(2*delay, maxOutageDelay) {
-		// JetStream could not take one of the run's writes (its store is
-		// full, its cluster has no leader): not the run's doing. Handing
-		// the message back would spend a delivery per try and stop a
-		// healthy run as a poison message within seconds (a stop that
-		// could not be recorded either). Keep it, heartbeat and all, and
-		// try again from the run's events.
-		p.log.WarnContext(ctx, "JetStream cannot store the run's writes; keeping its message and trying again",
-			"subject", msg.Subject(), "in", delay, "cause", reason)
-		if wait.For(ctx, delay) != nil {
-			o = stopping
-			break
-		}
-		o, reason = p.processSafely(ctx, msg)
-	}
+	// JetStream could not take one of the run's writes (its store is full,
+	// its cluster has no leader): not the run's doing. Handing the message
+	// back would spend a delivery per try and stop a healthy run as a
+	// poison message within seconds (a stop that could not be recorded
+	// either). Keep it, heartbeat and all, and try again from the run's
+	// events.
+	o, reason = p.waitOutOutage(ctx, "the run's writes", msg.Subject(), o, reason, func() (outcome, string) {
+		return p.processSafely(ctx, msg)
+	})
 	stopHeartbeat()
 	if o == retry && p.lastDelivery(msg) {
 		// The message will not come back: stop its run with the cause
