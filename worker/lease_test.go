@@ -89,6 +89,8 @@ func TestAStepLongerThanAckWaitIsNotRedelivered(t *testing.T) {
 // by then the lease its executing event announced is over and another
 // worker may own the call. It does not start the tool late; it records
 // the attempt as not run, and the write goes ahead once, as a new attempt.
+// (A second's timeout: the new attempt must start within it on a loaded
+// machine.)
 func TestAWorkerPausedPastItsDeadlineDoesNotStartTheTool(t *testing.T) {
 	t.Parallel()
 	var (
@@ -101,14 +103,14 @@ func TestAWorkerPausedPastItsDeadlineDoesNotStartTheTool(t *testing.T) {
 		}
 		return map[string]string{"ticket": "T-" + c.OperationID[:8]}, nil
 	})
-	m.Timeout = events.Duration(300 * time.Millisecond)
+	m.Timeout = events.Duration(time.Second)
 	b := setup(t, options{
 		tools: []tools.Manifest{m}, builtins: fns, roles: writerRoles("create_ticket"),
 		agents:  map[string]config.Profile{"ticketer": profile("create_ticket")},
 		scripts: map[string]model.Model{"ticketer": scripted(t, `{"tool_calls":[{"tool":"create_ticket","args":{"n":7}}]}`, `{"final_answer":{"summary":"ok"}}`)},
 		crash: func(point string) {
 			if point == "before:side_effect" && pauses.Add(1) == 1 {
-				time.Sleep(600 * time.Millisecond) // twice the call's timeout
+				time.Sleep(2 * time.Second) // twice the call's timeout
 			}
 		},
 		workers: 1,
