@@ -112,11 +112,19 @@ func (r *run) recordOutcome(ctx context.Context, rec idempotency.Record, rev uin
 				return
 			case gerr == nil && curRev == rev:
 				// The record is still the one this attempt claimed: the
-				// mismatch was the server's, not another writer's. Seen
-				// right after a failover (make test on a loaded machine):
-				// a stream leader just elected refused the write against
-				// state it had not caught up with yet. Try again.
+				// mismatch was the server's, not another writer's (a
+				// stream leader just elected refusing the write against
+				// state it had not caught up with yet). Try again.
 				err = fmt.Errorf("record at revision %d refused as changed: %w", rev, err)
+			case gerr != nil:
+				// Refused as changed, and not readable back: the cluster
+				// is still electing. The refusal may be this attempt's own
+				// earlier try, stored with its answer lost; only a read
+				// tells. Try again. (Giving up here left a completed
+				// write's record in flight: make test, a failover with two
+				// of three servers down; the warning said the read failed
+				// with 503.)
+				err = fmt.Errorf("record at revision %d refused as changed, and not readable back (%w): %w", rev, gerr, err)
 			default:
 				r.log.WarnContext(ctx, "operation record changed under this attempt; outcome not recorded there",
 					"operation_id", rec.OperationID, "state", rec.State, "revision", rev,
