@@ -16,15 +16,27 @@ import (
 
 func openStore(t *testing.T, env *natstest.Env) *approvals.Store {
 	t.Helper()
-	kv, err := env.JS.KeyValue(t.Context(), journal.BucketApprovals)
-	if err != nil {
-		t.Fatal(err)
-	}
 	index, err := approvals.OpenIndex(t.Context(), env.JS, journal.StreamPending)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return approvals.NewStore(kv, index)
+	return approvals.NewStore(entries(t, env), index)
+}
+
+// openStoreWithoutIndex is the store as it was before the pending index:
+// it writes entries and lists nothing.
+func openStoreWithoutIndex(t *testing.T, env *natstest.Env) *approvals.Store {
+	t.Helper()
+	return approvals.NewStore(entries(t, env), nil)
+}
+
+func entries(t *testing.T, env *natstest.Env) jetstream.KeyValue {
+	t.Helper()
+	kv, err := env.JS.KeyValue(t.Context(), journal.BucketApprovals)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kv
 }
 
 func question(tenant string, i int) approvals.Entry {
@@ -167,11 +179,7 @@ func TestQuestionsAskedBeforeTheIndexAreListedOnce(t *testing.T) {
 	t.Parallel()
 	env := natstest.StartWith(t, natstest.Options{SyncInterval: "2m"})
 	ctx := t.Context()
-	kv, err := env.JS.KeyValue(ctx, journal.BucketApprovals)
-	if err != nil {
-		t.Fatal(err)
-	}
-	old := approvals.NewStore(kv, nil) // as before the index
+	old := openStoreWithoutIndex(t, env)
 	for i := range 3 {
 		if _, err := old.Request(ctx, question("cityops", i)); err != nil {
 			t.Fatal(err)
@@ -200,11 +208,7 @@ func TestTheOneTimeListingRunsOnceWhenNothingIsPending(t *testing.T) {
 	t.Parallel()
 	env := natstest.StartWith(t, natstest.Options{SyncInterval: "2m"})
 	ctx := t.Context()
-	kv, err := env.JS.KeyValue(ctx, journal.BucketApprovals)
-	if err != nil {
-		t.Fatal(err)
-	}
-	old := approvals.NewStore(kv, nil)
+	old := openStoreWithoutIndex(t, env)
 	q, err := old.Request(ctx, question("cityops", 7))
 	if err != nil {
 		t.Fatal(err)
