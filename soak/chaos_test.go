@@ -31,7 +31,7 @@ const (
 // 3-node cluster is killed and, some seconds later, started again on its
 // store. Then no run may be lost, stuck or duplicated, and no side effect
 // may happen twice: every run finishes done with gapless events, each of
-// the 1,800 drafts is renamed into place exactly once (inotify), and every
+// the 1,800 drafts is put in place exactly once (inotify), and every
 // operation's idempotency record is completed for its own run.
 //
 // SOAK_SEED=n replays a schedule of kills (the seed is logged).
@@ -194,7 +194,7 @@ func TestRandomKillsUnderLoad(t *testing.T) {
 	}
 	fmt.Fprintf(&b, "  approvals %d, %d of them sent as the question's entry appeared; decided before the run parked on the question: %d\n",
 		ap.approvalCount(), ap.eagerCount(), early)
-	fmt.Fprintf(&b, "  events %d (%d beyond the %d of undisturbed runs); drafts %d, renamed into place more than once %d; draft writes begun %d (a write killed before its rename leaves a temp file: %d left)\n",
+	fmt.Fprintf(&b, "  events %d (%d beyond the %d of undisturbed runs); drafts %d, put in place more than once %d; draft writes begun %d (a write killed before its link leaves a temp file: %d left)\n",
 		totalEvents, totalEvents-chaosRuns*happyEvents, chaosRuns*happyEvents, ov.drafts, ov.twice, ov.tempWrites, len(ov.leftovers))
 	keys := make([]string, 0, len(notables))
 	for k := range notables {

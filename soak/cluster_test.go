@@ -326,7 +326,7 @@ func TestClusterSurvivesANodeAndAWorker(t *testing.T) {
 	}
 	fmt.Fprintf(&b, "  total %s; node %s %s at +%s (leaders then: %v); %s %s at +%s\n", total.Round(time.Millisecond),
 		victim.name, verb, nodeKilled.Sub(began).Round(time.Millisecond), leaders, workers[0].name, verb, workerKilled.Sub(began).Round(time.Millisecond))
-	fmt.Fprintf(&b, "  finished: %v; events %d (%d beyond the %d of undisturbed runs); drafts %d, tool writes %d (%d interrupted before their rename), drafts written twice %d; operations %d\n",
+	fmt.Fprintf(&b, "  finished: %v; events %d (%d beyond the %d of undisturbed runs); drafts %d, tool writes %d (%d interrupted, temp file left), drafts written twice %d; operations %d\n",
 		reasons, totalEvents, extraEvents, clusterRuns*happyEvents, ov.drafts, ov.tempWrites, len(ov.leftovers), ov.twice, v.ops)
 	keys := make([]string, 0, len(notables))
 	for k := range notables {

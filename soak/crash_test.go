@@ -125,13 +125,13 @@ func checkLoneRun(ctx context.Context, t *testing.T, js jetstream.JetStream, ap 
 	if len(drafts) != 3 || len(temps) != 0 {
 		rep.Problems = append(rep.Problems, fmt.Sprintf("outbox holds drafts %v and other files %v, want exactly 3 drafts", drafts, temps))
 	}
-	renames, tempWrites, overflow := watch.writes()
+	placed, tempWrites, overflow := watch.writes()
 	if overflow {
 		rep.Problems = append(rep.Problems, "inotify queue overflowed: write counts unknown")
 	}
 	for _, d := range drafts {
-		if renames[d] != 1 {
-			rep.Problems = append(rep.Problems, fmt.Sprintf("draft %s was written %d times", d, renames[d]))
+		if placed[d] != 1 {
+			rep.Problems = append(rep.Problems, fmt.Sprintf("draft %s was written %d times", d, placed[d]))
 		}
 	}
 	if tempWrites != 3 {

@@ -1200,15 +1200,16 @@ func outboxFiles(t testing.TB, outbox string) (drafts, temps []string) {
 }
 
 // outboxWatch counts, through inotify, every write of a draft file: the
-// CityOps tool writes a temporary file and renames it into place, and
-// finds an existing draft without writing. So each rename into a draft's
-// name is one side effect of the tool, seen from outside loopgate; two
-// renames onto one name mean the operation ran twice.
+// CityOps tool writes a temporary file and hard-links it into place (a link
+// onto an existing name fails), and finds an existing draft without
+// writing. So each name created in the outbox is one side effect of the
+// tool, seen from outside loopgate; a name created twice (or renamed onto,
+// which the tool never does) means the operation ran twice.
 type outboxWatch struct {
 	f *os.File
 
 	mu       sync.Mutex
-	renames  map[string]int
+	placed   map[string]int
 	temps    int
 	overflow bool
 	done     chan struct{}
@@ -1227,7 +1228,7 @@ func watchOutbox(t testing.TB, dir string) *outboxWatch {
 		syscall.Close(fd)
 		t.Fatalf("inotify watch %s: %v", dir, err)
 	}
-	w := &outboxWatch{f: os.NewFile(uintptr(fd), "inotify"), renames: map[string]int{}, done: make(chan struct{})}
+	w := &outboxWatch{f: os.NewFile(uintptr(fd), "inotify"), placed: map[string]int{}, done: make(chan struct{})}
 	go w.loop()
 	t.Cleanup(w.close)
 	return w
@@ -1249,8 +1250,8 @@ func (w *outboxWatch) loop() {
 			switch {
 			case ev.Mask&syscall.IN_Q_OVERFLOW != 0:
 				w.overflow = true
-			case ev.Mask&syscall.IN_MOVED_TO != 0 && strings.HasPrefix(name, "escalation-"):
-				w.renames[name]++
+			case ev.Mask&(syscall.IN_CREATE|syscall.IN_MOVED_TO) != 0 && strings.HasPrefix(name, "escalation-"):
+				w.placed[name]++
 			case ev.Mask&syscall.IN_CREATE != 0 && strings.HasPrefix(name, ".escalation-"):
 				w.temps++
 			}
@@ -1265,15 +1266,15 @@ func (w *outboxWatch) close() {
 	<-w.done
 }
 
-// writes returns how often each draft was renamed into place, the temp
-// files created, and whether the kernel dropped events.
+// writes returns how often each draft was put in place, the temp files
+// created, and whether the kernel dropped events.
 func (w *outboxWatch) writes() (map[string]int, int, bool) {
 	// Give the kernel's queue a moment to reach us.
 	time.Sleep(200 * time.Millisecond)
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	out := make(map[string]int, len(w.renames))
-	for k, v := range w.renames {
+	out := make(map[string]int, len(w.placed))
+	for k, v := range w.placed {
 		out[k] = v
 	}
 	return out, w.temps, w.overflow
@@ -1477,17 +1478,19 @@ func verifyRuns(ctx context.Context, t *testing.T, js jetstream.JetStream, outbo
 type outboxVerdict struct {
 	problems   []string
 	drafts     int
-	leftovers  []string // temp files of writes killed before their rename
+	leftovers  []string // temp files of writes a kill interrupted
 	tempWrites int      // draft writes begun
-	twice      int      // drafts renamed into place more than once
+	twice      int      // drafts put in place more than once
 }
 
 // checkOutbox checks the drafts against the tool's writes seen through
-// inotify: want drafts, each renamed into place exactly once. A write that
-// a kill interrupted before its rename took no effect (the draft is not
-// there; draft_status reconciles it as not applied and the retry writes
-// it) and leaves its temp file behind: every draft write begun is either a
-// draft or such a leftover.
+// inotify: want drafts, each put in place exactly once. A write that a
+// kill interrupted before its link took no effect (the draft is not there;
+// draft_status reconciles it as not applied and the retry writes it) and
+// leaves its temp file behind; so does, rarely, one killed between its
+// link and the temp file's removal. A write that found the draft already
+// linked removes its temp file and writes nothing. So every draft comes
+// from a write begun, and no count beyond that is exact.
 func checkOutbox(t *testing.T, outbox string, watch *outboxWatch, want int) outboxVerdict {
 	t.Helper()
 	drafts, temps := outboxFiles(t, outbox)
@@ -1495,20 +1498,19 @@ func checkOutbox(t *testing.T, outbox string, watch *outboxWatch, want int) outb
 	if len(drafts) != want {
 		v.problems = append(v.problems, fmt.Sprintf("outbox holds %d drafts, want %d", len(drafts), want))
 	}
-	renames, tempWrites, overflow := watch.writes()
+	placed, tempWrites, overflow := watch.writes()
 	v.tempWrites = tempWrites
 	if overflow {
 		v.problems = append(v.problems, "inotify queue overflowed: write counts unknown")
 	}
 	for _, d := range drafts {
-		if renames[d] != 1 {
+		if placed[d] != 1 {
 			v.twice++
-			v.problems = append(v.problems, fmt.Sprintf("draft %s was renamed into place %d times", d, renames[d]))
+			v.problems = append(v.problems, fmt.Sprintf("draft %s was put in place %d times", d, placed[d]))
 		}
 	}
-	if tempWrites != len(drafts)+len(temps) {
-		v.problems = append(v.problems, fmt.Sprintf("the draft tool began %d writes for %d drafts and %d interrupted writes left behind %v",
-			tempWrites, len(drafts), len(temps), temps))
+	if tempWrites < len(drafts) {
+		v.problems = append(v.problems, fmt.Sprintf("the draft tool began %d writes for %d drafts: the watch missed some", tempWrites, len(drafts)))
 	}
 	return v
 }

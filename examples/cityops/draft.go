@@ -61,7 +61,7 @@ type draftRefused struct {
 func draftName(operationID string) string { return "escalation-" + operationID + ".txt" }
 
 // draftEscalation is the draft_escalation tool. It writes one draft per
-// operation id, atomically (temp file, then rename), and is idempotent: the
+// operation id, atomically (temp file, then a hard link), and is idempotent: the
 // same operation id with the same content finds the file already there and
 // returns the same result. It never sends anything.
 func (ts *toolset) draftEscalation(ctx context.Context, call tools.Call) (any, error) {
@@ -93,20 +93,21 @@ func (ts *toolset) draftEscalation(ctx context.Context, call tools.Call) (any, e
 	content := renderDraft(c, a.Reason, call.OperationID)
 	result := draftResult{DraftPath: name, RequestID: c.RequestID, Status: "pending_approval"}
 
+	// The lock only saves this process a wasted temp file when the same
+	// operation is retried concurrently; writeOnce's link is what keeps a
+	// draft from being written twice, by this process or any other.
 	lock := ts.draftLock(name)
 	lock.Lock()
 	defer lock.Unlock()
-	path := filepath.Join(ts.opts.Outbox, name)
-	switch have, err := os.ReadFile(path); {
-	case err == nil && bytes.Equal(have, content):
-		return result, nil
-	case err == nil:
-		return nil, fmt.Errorf("%s: operation %s: %w: %s holds a different draft", call.Tool, call.OperationID, errDraftConflict, name)
-	case !errors.Is(err, fs.ErrNotExist):
-		return nil, fmt.Errorf("%s: operation %s: read existing draft: %w", call.Tool, call.OperationID, err)
+	have, err := os.ReadFile(filepath.Join(ts.opts.Outbox, name))
+	if errors.Is(err, fs.ErrNotExist) {
+		have, err = writeOnce(ts.opts.Outbox, name, content)
 	}
-	if err := writeAtomic(ts.opts.Outbox, name, content); err != nil {
+	switch {
+	case err != nil:
 		return nil, fmt.Errorf("%s: operation %s: %w", call.Tool, call.OperationID, err)
+	case have != nil && !bytes.Equal(have, content):
+		return nil, fmt.Errorf("%s: operation %s: %w: %s holds a different draft", call.Tool, call.OperationID, errDraftConflict, name)
 	}
 	return result, nil
 }
@@ -139,44 +140,56 @@ func oneLine(s string) string {
 	return strings.Join(strings.Fields(s), " ")
 }
 
-// writeAtomic writes name in dir through a synced temporary file and a
-// rename, so a reader sees either no draft or the whole draft.
-func writeAtomic(dir, name string, content []byte) (err error) {
+// writeOnce creates name in dir with content, unless it exists: then it
+// writes nothing and returns what name holds. The draft is written to a
+// synced temporary file and hard-linked into place, so a reader sees either
+// no draft or the whole draft, and the check for an existing draft and the
+// write are one step for the file system: of two processes writing the
+// same operation's draft at once (a worker frozen inside the tool and the
+// one that took its call over), exactly one creates it, and the other finds
+// it. A rename would not do: it silently replaces what is there.
+func writeOnce(dir, name string, content []byte) (existing []byte, err error) {
 	if err := os.MkdirAll(dir, 0o750); err != nil {
-		return fmt.Errorf("create outbox: %w", err)
+		return nil, fmt.Errorf("create outbox: %w", err)
 	}
 	f, err := os.CreateTemp(dir, tempPattern)
 	if err != nil {
-		return fmt.Errorf("create temp draft: %w", err)
+		return nil, fmt.Errorf("create temp draft: %w", err)
 	}
-	defer func() {
-		if err != nil {
-			_ = os.Remove(f.Name())
-		}
-	}()
+	// The temp name is only a way in: it goes whether the link was made or not.
+	defer func() { _ = os.Remove(f.Name()) }()
 	if _, err := f.Write(content); err != nil {
 		_ = f.Close()
-		return fmt.Errorf("write temp draft: %w", err)
+		return nil, fmt.Errorf("write temp draft: %w", err)
 	}
 	if err := f.Sync(); err != nil {
 		_ = f.Close()
-		return fmt.Errorf("sync temp draft: %w", err)
+		return nil, fmt.Errorf("sync temp draft: %w", err)
 	}
 	if err := f.Chmod(0o640); err != nil {
 		_ = f.Close()
-		return fmt.Errorf("chmod temp draft: %w", err)
+		return nil, fmt.Errorf("chmod temp draft: %w", err)
 	}
 	if err := f.Close(); err != nil {
-		return fmt.Errorf("close temp draft: %w", err)
+		return nil, fmt.Errorf("close temp draft: %w", err)
 	}
-	if err := os.Rename(f.Name(), filepath.Join(dir, name)); err != nil {
-		return fmt.Errorf("rename draft into place: %w", err)
+	path := filepath.Join(dir, name)
+	switch err := os.Link(f.Name(), path); {
+	case err == nil:
+		return nil, nil
+	case errors.Is(err, fs.ErrExist):
+		have, rerr := os.ReadFile(path)
+		if rerr != nil {
+			return nil, fmt.Errorf("read existing draft: %w", rerr)
+		}
+		return have, nil
+	default:
+		return nil, fmt.Errorf("link draft into place: %w", err)
 	}
-	return nil
 }
 
 // tempPattern names a draft being written; a process killed between the
-// create and the rename leaves one behind.
+// create and the link leaves one behind.
 const tempPattern = ".escalation-*.tmp"
 
 // staleTemp is the age past which a temp draft is a leftover: writing one

@@ -223,6 +223,82 @@ func TestDraftEscalationHonoursCancelledContext(t *testing.T) {
 // lock of opA's file held (as while opA's draft is fsynced), a draft of
 // another operation is written. With one lock for all drafts this waited
 // for opA, and every draft of a process waited for the fsync before it.
+// TestWriteOnceNeverReplacesADraft: the write step itself refuses to
+// replace a draft, whatever the caller checked before it: a second write
+// of the name leaves the first draft's bytes, returns them, and leaves no
+// temp file behind.
+func TestWriteOnceNeverReplacesADraft(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	name := draftName(opA)
+	if have, err := writeOnce(dir, name, []byte("first\n")); err != nil || have != nil {
+		t.Fatalf("first write: existing %q, err %v; want the draft created", have, err)
+	}
+	have, err := writeOnce(dir, name, []byte("second\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(have) != "first\n" {
+		t.Errorf("second write returned %q, want the existing draft %q", have, "first\n")
+	}
+	if got, _ := os.ReadFile(filepath.Join(dir, name)); string(got) != "first\n" {
+		t.Errorf("draft holds %q after a second write, want the first draft", got)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
+		t.Errorf("outbox holds %d entries, want the draft alone", len(entries))
+	}
+}
+
+// TestDraftEscalationTwoProcessesWriteOneDraft: two toolsets on one outbox
+// (two worker processes: no lock in common) write the same operation with
+// different reasons at once. Exactly one draft is created; every other
+// call finds it and reports a conflict; nothing is overwritten.
+func TestDraftEscalationTwoProcessesWriteOneDraft(t *testing.T) {
+	t.Parallel()
+	outbox := t.TempDir() + "/outbox"
+	procs := []bundle{setup(t, Options{Outbox: outbox}), setup(t, Options{Outbox: outbox})}
+	const rounds, callers = 20, 8
+	for round := range rounds {
+		op := fmt.Sprintf("%s-%d", opA, round)
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		reasons := make([]string, callers)
+		errs := make([]error, callers)
+		for i := range callers {
+			reasons[i] = fmt.Sprintf("Open 9 days, caller %d of round %d.", i, round)
+			wg.Go(func() {
+				<-start
+				_, errs[i] = procs[i%2].call(t.Context(), t, ToolDraftEscalation, op,
+					`{"request_id":"SR-10421","reason":"`+reasons[i]+`"}`)
+			})
+		}
+		close(start)
+		wg.Wait()
+		draft, err := os.ReadFile(filepath.Join(outbox, draftName(op)))
+		if err != nil {
+			t.Fatalf("round %d: no draft: %v", round, err)
+		}
+		var created []int
+		for i, err := range errs {
+			switch {
+			case err == nil:
+				created = append(created, i)
+			case !errors.Is(err, errDraftConflict):
+				t.Errorf("round %d, caller %d: %v, want success or a conflict", round, i, err)
+			}
+		}
+		if len(created) != 1 {
+			t.Fatalf("round %d: %d callers were told their draft was written (%v), want exactly 1", round, len(created), created)
+		}
+		if want := "Reason:    " + reasons[created[0]] + "\n"; !strings.Contains(string(draft), want) {
+			t.Errorf("round %d: the draft is not the one caller %d was told it wrote:\n%s", round, created[0], draft)
+		}
+	}
+	if entries, _ := os.ReadDir(outbox); len(entries) != rounds {
+		t.Errorf("outbox holds %d entries, want %d drafts and no temp files", len(entries), rounds)
+	}
+}
+
 func TestDraftEscalationDoesNotWaitForOtherOperations(t *testing.T) {
 	t.Parallel()
 	d, err := loadData()
@@ -264,7 +340,7 @@ func TestDraftEscalationDoesNotWaitForOtherOperations(t *testing.T) {
 }
 
 // TestRegisterSweepsStaleTempDrafts: a process killed between a temp
-// draft's create and its rename leaves the temp file; the next Register on
+// draft's create and its link leaves the temp file; the next Register on
 // that outbox removes it once it is stale, and leaves alone drafts, other
 // files and a temp file that may be another process's write in progress.
 func TestRegisterSweepsStaleTempDrafts(t *testing.T) {
