@@ -173,7 +173,7 @@ func sendDecision(ctx context.Context, js jetstream.JetStream, tenant string, ms
 	subject = events.ApprovalSubject(tenant, msg.RunID, msg.CallID)
 	ack, err := js.Publish(ctx, subject, payload, jetstream.WithMsgID(uuid.NewString()))
 	if err != nil {
-		return subject, 0, "", fmt.Errorf("publish on %s: %w", subject, err)
+		return subject, 0, "", fmt.Errorf("publish on %s: %w", subject, notStored(err, "send the decision again"))
 	}
 	return subject, ack.Sequence, signedBy, nil
 }

@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"io"
 	"strings"
+
+	"github.com/loopgate/loopgate/worker"
 )
 
 // Exit codes.
@@ -114,6 +116,17 @@ func parseInterspersed(fs *flag.FlagSet, e env, args []string) (pos []string, co
 
 func fail(e env, format string, args ...any) int {
 	return failCode(e, exitError, format, args...)
+}
+
+// notStored explains a publish that JetStream refused for an outage of its
+// store (worker.StoreUnavailable: full, or no leader to answer): the raw API
+// error names a code, not that nothing was stored, nor what to do. again
+// says how to send it again.
+func notStored(err error, again string) error {
+	if !worker.StoreUnavailable(err) {
+		return err
+	}
+	return fmt.Errorf("%w\nJetStream cannot store anything now (its store is full, or its cluster has no leader to answer): nothing was stored; make room or wait, then %s", err, again)
 }
 
 // failCode prints an error like fail and returns code.

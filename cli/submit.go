@@ -83,7 +83,7 @@ func runSubmit(ctx context.Context, e env, args []string) int {
 	runID := events.RunID(task.Tenant, task.TaskID)
 	ack, err := js.Publish(ctx, events.TaskSubject(task.Tenant), payload, jetstream.WithMsgID(task.TaskID))
 	if err != nil {
-		return fail(e, "publish task: %v", err)
+		return fail(e, "publish task: %v", notStored(err, "submit the same task again (its task id makes that safe)"))
 	}
 	if !*asJSON {
 		dup := ""

@@ -392,9 +392,9 @@ func appendFailed(err error) (outcome, string) {
 
 // failedOn is the outcome of an approval message whose run or entry could
 // not be read or written: held while JetStream cannot take writes at all
-// (see storeUnavailable), handed back otherwise.
+// (see StoreUnavailable), handed back otherwise.
 func failedOn(err error) (outcome, string) {
-	if storeUnavailable(err) {
+	if StoreUnavailable(err) {
 		return unavailable, err.Error()
 	}
 	return retry, ""

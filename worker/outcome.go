@@ -52,20 +52,20 @@ func classify(err error) outcome {
 		return stopping
 	case errors.Is(err, journal.ErrConflict):
 		return retry
-	case storeUnavailable(err):
+	case StoreUnavailable(err):
 		return unavailable
 	default:
 		return retry
 	}
 }
 
-// storeUnavailable reports whether err is JetStream's answer that it
+// StoreUnavailable reports whether err is JetStream's answer that it
 // cannot take a write now, whatever the write: resource limits reached (a
 // full store: server, account or memory), no cluster to answer, or a
 // stream leader not ready to check a run's last sequence. Such an outage
 // lasts until JetStream recovers or an operator makes room; the errors
 // that depend on what was written (a conflict, a size limit) are not here.
-func storeUnavailable(err error) bool {
+func StoreUnavailable(err error) bool {
 	var apiErr *jetstream.APIError
 	if !errors.As(err, &apiErr) {
 		return false
@@ -88,7 +88,7 @@ func storeUnavailable(err error) bool {
 const maxOutageDelay = 10 * time.Second
 
 // patiently runs write until JetStream takes it or answers anything but
-// storeUnavailable, waiting between tries (from the pool's RetryDelay,
+// StoreUnavailable, waiting between tries (from the pool's RetryDelay,
 // doubling up to maxOutageDelay) for as long as the outage lasts or ctx
 // allows, and returns how long it waited. what names the write for the
 // log.
@@ -96,7 +96,7 @@ func (p *Pool) patiently(ctx context.Context, log *slog.Logger, what string, wri
 	delay := p.opts.RetryDelay
 	for try := 1; ; try++ {
 		err := write()
-		if !storeUnavailable(err) {
+		if !StoreUnavailable(err) {
 			return waited, err
 		}
 		log.WarnContext(ctx, "JetStream cannot store "+what+"; trying again", "try", try, "in", delay, "err", err)
