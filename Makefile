@@ -62,7 +62,7 @@ fuzz: ## run every fuzz target for FUZZTIME (default 30s; minimizing a new input
 bench: ## benchmarks (not tests): go test -bench
 	$(GO) test -run='^$$' -bench=. -benchmem -timeout 30m ./...
 
-soak: ## fault tests with real processes: crash points, cluster node and worker kills (slow; not in make test)
+soak: ## fault tests with real processes: crash points, cluster node and worker kills, serve kills (slow; not in make test)
 	$(GO) test -tags soak -count=1 -timeout 30m -v ./soak
 
 demo: ## run the CityOps happy path
