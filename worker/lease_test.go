@@ -142,3 +142,46 @@ func TestAWorkerPausedPastItsDeadlineDoesNotStartTheTool(t *testing.T) {
 		t.Errorf("operation record %s at attempt %d, want completed by attempt 2", rec.State, rec.Attempt)
 	}
 }
+
+// The time between a run's last event and a resume counts as active (the
+// fold counts it once the next event lands), so a run whose worker died
+// and whose message came back after AckWait has that much less left: here
+// all of it. Before, the resumed pass got its full remaining budget anew,
+// called the model and finished done with more active time than allowed.
+func TestTheWaitForAResumeIsActiveTime(t *testing.T) {
+	t.Parallel()
+	var deaths, modelCalls atomic.Int32
+	p := profile()
+	p.Limits.MaxActive = events.Duration(time.Second)
+	b := setup(t, options{
+		agents:  map[string]config.Profile{"answerer": p},
+		scripts: map[string]model.Model{"answerer": countCalls(scripted(t, `{"final_answer":{"summary":"ok"}}`), &modelCalls)},
+		layout:  journal.Layout{AckWait: 1500 * time.Millisecond}, // the message comes back after the budget is gone
+		crash: func(point string) {
+			if point == "after:started" && deaths.Add(1) == 1 {
+				runtime.Goexit() // this worker is gone, its message unsettled
+			}
+		},
+		workers: 2,
+	})
+	evs := b.waitEnd(b.submit(task("resume-late-1", "answerer")))
+	assertTrail(t, evs, []string{"started", "finished:deadline"})
+	if n := modelCalls.Load(); n != 0 {
+		t.Errorf("the model was called %d times after the budget was used up, want 0", n)
+	}
+	st, err := events.Fold(evs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Active < 1500*time.Millisecond {
+		t.Errorf("folded active time %s, want at least the 1.5 s the message was away", st.Active)
+	}
+}
+
+// countCalls counts m's calls in n.
+func countCalls(m model.Model, n *atomic.Int32) model.Model {
+	return model.Func(func(ctx context.Context, req model.Request) (model.Response, error) {
+		n.Add(1)
+		return m.Propose(ctx, req)
+	})
+}
