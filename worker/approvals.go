@@ -108,7 +108,7 @@ func (p *Pool) handleApproval(ctx context.Context, msg jetstream.Msg) {
 		// outage and record it undecided, as handle does for a run.
 		hbCtx, stopHeartbeat := context.WithCancel(ctx)
 		go p.heartbeat(hbCtx, msg)
-		o, reason = p.waitOutOutage(ctx, "an approval's decision", msg.Subject(), o, reason, func(ctx context.Context) (outcome, string) {
+		o, reason = p.waitOutOutage(ctx, "an approval's decision", msg.Subject(), o, reason, func() (outcome, string) {
 			return p.decideSafely(ctx, am)
 		})
 		stopHeartbeat()
@@ -160,7 +160,7 @@ func (p *Pool) undecided(ctx context.Context, msg approvalMsg) (outcome, string)
 	if approved, rejected := recorded(evs, msg.seq); approved || rejected {
 		return settled, "" // the run says what it did after all (another pool got there)
 	}
-	r, err := p.newRun(ctx, st, last, st.Started.Task, st.Started.Limits)
+	r, err := p.newRun(st, last, st.Started.Task, st.Started.Limits)
 	if err != nil {
 		return dropped(err)
 	}
@@ -234,7 +234,7 @@ func (p *Pool) decide(ctx context.Context, msg approvalMsg) (outcome, string) {
 		// it ran out of deliveries (decideDeadLetter).
 		return settled, ""
 	}
-	r, err := p.newRun(ctx, st, last, st.Started.Task, st.Started.Limits)
+	r, err := p.newRun(st, last, st.Started.Task, st.Started.Limits)
 	if err != nil {
 		return retry, ""
 	}

@@ -113,30 +113,18 @@ func (p *Pool) patiently(ctx context.Context, log *slog.Logger, what string, wri
 // waitOutOutage runs try again while the outcome is unavailable (JetStream
 // cannot take writes at all), waiting from the pool's RetryDelay, doubling
 // up to maxOutageDelay, and returns the first other outcome, or stopping
-// when ctx ends first. Each try's context says how long the message has
-// been held (outageCredit). The caller keeps the message (subject) leased
+// when ctx ends first. The caller keeps the message (subject) leased
 // meanwhile; what names what could not be stored, for the log.
-func (p *Pool) waitOutOutage(ctx context.Context, what, subject string, o outcome, reason string, try func(context.Context) (outcome, string)) (outcome, string) {
-	began := p.now()
+func (p *Pool) waitOutOutage(ctx context.Context, what, subject string, o outcome, reason string, try func() (outcome, string)) (outcome, string) {
 	for delay := p.opts.RetryDelay; o == unavailable; delay = min(2*delay, maxOutageDelay) {
 		p.log.WarnContext(ctx, "JetStream cannot store "+what+"; keeping its message and trying again",
 			"subject", subject, "in", delay, "cause", reason)
 		if wait.For(ctx, delay) != nil {
 			return stopping, reason
 		}
-		o, reason = try(context.WithValue(ctx, outageCreditKey{}, p.now().Sub(began)))
+		o, reason = try()
 	}
 	return o, reason
-}
-
-// outageCreditKey carries, in a try of waitOutOutage, how long its message
-// has been held so far: the run's active time does not include it.
-type outageCreditKey struct{}
-
-// outageCredit is the time ctx's message was held through an outage.
-func outageCredit(ctx context.Context) time.Duration {
-	d, _ := ctx.Value(outageCreditKey{}).(time.Duration)
-	return d
 }
 
 // settle acknowledges msg according to o. Ack errors are returned for

@@ -4,13 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"testing"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/loopgate/loopgate/events"
 	"github.com/loopgate/loopgate/journal"
 )
 
@@ -41,53 +38,5 @@ func TestOnlyAnOutageOfJetStreamHoldsTheMessage(t *testing.T) {
 		if got := classify(tc.err); got != tc.want {
 			t.Errorf("%s: %v is %s, want %s", tc.name, tc.err, got, tc.want)
 		}
-	}
-}
-
-// A pass's active-time deadline goes on from the run's last event, as the
-// fold counts the time since it, unless the run is parked; a run without
-// events starts its budget now.
-func TestActiveTimeGoesOnFromTheLastEvent(t *testing.T) {
-	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
-	limits := events.Limits{MaxActive: events.Duration(time.Minute)}
-	for _, tc := range []struct {
-		name string
-		st   events.RunState
-		want time.Time
-	}{
-		{"a new run", events.RunState{}, now.Add(time.Minute)},
-		{"resumed 20 s after its last event, 10 s used", events.RunState{LastSeq: 4, LastTime: now.Add(-20 * time.Second), Active: 10 * time.Second}, now.Add(30 * time.Second)},
-		{"parked an hour, 10 s used", events.RunState{LastSeq: 9, LastTime: now.Add(-time.Hour), Active: 10 * time.Second, IsParked: true}, now.Add(50 * time.Second)},
-		{"last event stamped ahead of this clock", events.RunState{LastSeq: 4, LastTime: now.Add(time.Second), Active: 10 * time.Second}, now.Add(50 * time.Second)},
-	} {
-		if got := activeDeadline(&tc.st, limits, now); !got.Equal(tc.want) {
-			t.Errorf("%s: deadline %s, want %s", tc.name, got.Sub(now), tc.want.Sub(now))
-		}
-	}
-}
-
-// Each try of a message held through an outage is told how long it has
-// been held, so the run it drives is not charged for the wait.
-func TestAHeldMessageIsCreditedWithTheWait(t *testing.T) {
-	p := &Pool{opts: Config{RetryDelay: 20 * time.Millisecond}, log: slog.New(slog.DiscardHandler), now: time.Now}
-	var credits []time.Duration
-	o, _ := p.waitOutOutage(t.Context(), "a test's writes", "loopgate.tasks.t", unavailable, "full", func(ctx context.Context) (outcome, string) {
-		credits = append(credits, outageCredit(ctx))
-		if len(credits) < 3 {
-			return unavailable, "full"
-		}
-		return settled, ""
-	})
-	if o != settled {
-		t.Fatalf("outcome %s, want settled", o)
-	}
-	// Waits of 20, 40 and 80 ms before the three tries.
-	for i, least := range []time.Duration{20 * time.Millisecond, 60 * time.Millisecond, 140 * time.Millisecond} {
-		if credits[i] < least {
-			t.Errorf("try %d was credited %s, want at least %s", i+1, credits[i], least)
-		}
-	}
-	if c := outageCredit(t.Context()); c != 0 {
-		t.Errorf("a context never held carries a credit of %s", c)
 	}
 }

@@ -177,7 +177,7 @@ func (p *Pool) stopPoisoned(ctx context.Context, subject string, data []byte, st
 		})
 		return nil
 	}
-	r, err := p.newRun(ctx, st, last, st.Started.Task, st.Started.Limits)
+	r, err := p.newRun(st, last, st.Started.Task, st.Started.Limits)
 	if err != nil {
 		return err
 	}

@@ -383,7 +383,7 @@ func (p *Pool) handle(ctx context.Context, msg jetstream.Msg) {
 	// poison message within seconds (a stop that could not be recorded
 	// either). Keep it, heartbeat and all, and try again from the run's
 	// events.
-	o, reason = p.waitOutOutage(ctx, "the run's writes", msg.Subject(), o, reason, func(ctx context.Context) (outcome, string) {
+	o, reason = p.waitOutOutage(ctx, "the run's writes", msg.Subject(), o, reason, func() (outcome, string) {
 		return p.processSafely(ctx, msg)
 	})
 	stopHeartbeat()
@@ -456,7 +456,7 @@ func (p *Pool) process(ctx context.Context, msg jetstream.Msg) (outcome, string)
 		p.log.InfoContext(ctx, "task already has a run; nothing to do", "run_id", runID, "task_id", task.TaskID)
 		return settled, ""
 	}
-	r, err := p.newRun(ctx, st, last, task, limits)
+	r, err := p.newRun(st, last, task, limits)
 	if err != nil {
 		p.log.ErrorContext(ctx, "prepare run", "run_id", runID, "err", err)
 		return retry, ""
@@ -516,7 +516,7 @@ func (p *Pool) resume(ctx context.Context, tenant, runID string) (outcome, strin
 	if st.Finished != nil {
 		return settled, ""
 	}
-	r, err := p.newRun(ctx, st, last, st.Started.Task, st.Started.Limits)
+	r, err := p.newRun(st, last, st.Started.Task, st.Started.Limits)
 	if err != nil {
 		p.log.ErrorContext(ctx, "prepare run", "run_id", runID, "err", err)
 		return retry, ""
@@ -567,7 +567,7 @@ func (p *Pool) drive(ctx context.Context, r *run) (outcome, string) {
 		if lerr != nil {
 			return p.failed(ctx, r, lerr)
 		}
-		nr, nerr := p.newRun(ctx, st, last, r.task, r.limits)
+		nr, nerr := p.newRun(st, last, r.task, r.limits)
 		if nerr != nil {
 			return p.failed(ctx, r, nerr)
 		}

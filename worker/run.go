@@ -42,7 +42,7 @@ type run struct {
 // newRun prepares st (folded from the run's events, possibly none) to be
 // driven. limits are the effective limits for a new run; a started run
 // keeps the ones it started with.
-func (p *Pool) newRun(ctx context.Context, st *events.RunState, last uint64, task events.Task, limits events.Limits) (*run, error) {
+func (p *Pool) newRun(st *events.RunState, last uint64, task events.Task, limits events.Limits) (*run, error) {
 	if st.Started != nil {
 		task, limits = st.Started.Task, st.Started.Limits
 	}
@@ -75,24 +75,8 @@ func (p *Pool) newRun(ctx context.Context, st *events.RunState, last uint64, tas
 	}
 	slices.Sort(r.offered)
 	r.specs = p.registry.Specs(r.offered)
-	// A message held through a JetStream outage (waitOutOutage) is not
-	// charged for the wait, as a pass is not for one it waits out itself.
-	r.deadline = activeDeadline(st, limits, p.now()).Add(outageCredit(ctx))
+	r.deadline = p.now().Add(limits.MaxActive.D() - st.Active)
 	return r, nil
-}
-
-// activeDeadline is when a pass starting at now uses up the run's active
-// time. The fold counts the time since the run's last event as active
-// unless the run is parked (a lease waited out after a crash, a queue of
-// runs ahead of it), once the next event lands; the pass counts it from
-// the start, so a resumed run gets no more than what the fold will say it
-// had.
-func activeDeadline(st *events.RunState, limits events.Limits, now time.Time) time.Time {
-	from := now
-	if st.LastSeq > 0 && !st.IsParked && st.LastTime.Before(now) {
-		from = st.LastTime
-	}
-	return from.Add(limits.MaxActive.D() - st.Active)
 }
 
 // append records one event and folds it into the run's state. It is the only
