@@ -142,3 +142,47 @@ func TestAWorkerPausedPastItsDeadlineDoesNotStartTheTool(t *testing.T) {
 		t.Errorf("operation record %s at attempt %d, want completed by attempt 2", rec.State, rec.Attempt)
 	}
 }
+
+// A pass is given what was left of the run's active time at its last
+// event: the wait before it (here AckWait after its worker died, longer
+// than the whole budget; or a lease, a queue, an outage) is not charged to
+// it, so recovering from a fault does not end a run with deadline. The
+// fold still counts that wait (the run was not parked), so a later pass
+// sees it: the leniency is one gap, not a reset.
+func TestAPassIsNotChargedForTheWaitBeforeIt(t *testing.T) {
+	t.Parallel()
+	var deaths, modelCalls atomic.Int32
+	p := profile()
+	p.Limits.MaxActive = events.Duration(time.Second)
+	b := setup(t, options{
+		agents:  map[string]config.Profile{"answerer": p},
+		scripts: map[string]model.Model{"answerer": countCalls(scripted(t, `{"final_answer":{"summary":"ok"}}`), &modelCalls)},
+		layout:  journal.Layout{AckWait: 1500 * time.Millisecond}, // the message comes back after more than the budget
+		crash: func(point string) {
+			if point == "after:started" && deaths.Add(1) == 1 {
+				runtime.Goexit() // this worker is gone, its message unsettled
+			}
+		},
+		workers: 2,
+	})
+	evs := b.waitEnd(b.submit(task("resume-late-1", "answerer")))
+	assertTrail(t, evs, []string{"started", "proposed:final", "finished:done"})
+	if n := modelCalls.Load(); n != 1 {
+		t.Errorf("the model was called %d times, want once", n)
+	}
+	st, err := events.Fold(evs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Active < 1500*time.Millisecond {
+		t.Errorf("folded active time %s, want at least the 1.5 s the message was away", st.Active)
+	}
+}
+
+// countCalls counts m's calls in n.
+func countCalls(m model.Model, n *atomic.Int32) model.Model {
+	return model.Func(func(ctx context.Context, req model.Request) (model.Response, error) {
+		n.Add(1)
+		return m.Propose(ctx, req)
+	})
+}
