@@ -160,6 +160,16 @@ func (p *Pool) undecided(ctx context.Context, msg approvalMsg) (outcome, string)
 	if approved, rejected := recorded(evs, msg.seq); approved || rejected {
 		return settled, "" // the run says what it did after all (another pool got there)
 	}
+	if e, _, err := p.approvals.Get(ctx, runID, callID); err == nil && !e.Pending() && e.DecisionSeq == msg.seq {
+		// It did decide: the entry holds its decision, which the run's
+		// worker records when it wakes (run.wait). Wake it now rather
+		// than at the question's expiry.
+		p.log.ErrorContext(ctx, "approval message out of deliveries with its decision made but not recorded; waking the run to record it", "subject", msg.subject, "approval_seq", msg.seq)
+		if err := p.wake(ctx, tenant, runID, wakeID(e)); err != nil {
+			return dropped(err)
+		}
+		return settled, ""
+	}
 	r, err := p.newRun(st, last, st.Started.Task, st.Started.Limits)
 	if err != nil {
 		return dropped(err)
@@ -294,7 +304,7 @@ func (p *Pool) decide(ctx context.Context, msg approvalMsg) (outcome, string) {
 			return p.recordDecision(ctx, r, c, entry)
 		}
 		if err := p.wake(ctx, tenant, runID, wakeID(entry)); err != nil {
-			return failedOn(err)
+			return decidedButFailed(err)
 		}
 		return settled, ""
 	}
@@ -351,19 +361,9 @@ func (p *Pool) decide(ctx context.Context, msg approvalMsg) (outcome, string) {
 // recordDecision appends the decided entry as an approved event and wakes
 // the run.
 func (p *Pool) recordDecision(ctx context.Context, r *run, c *events.CallState, e approvals.Entry) (outcome, string) {
-	err := r.append(ctx, events.TypeApproved, e.Step, c.Call.ID, c.Call.Tool, events.ApprovedData{
-		Kind:        string(e.Kind),
-		Round:       e.Round,
-		Decision:    string(e.Decision),
-		Approver:    e.DecidedBy,
-		ArgsHash:    e.ArgsHash,
-		Reason:      e.Reason,
-		ApprovalSeq: e.DecisionSeq,
-	})
-	if err != nil {
-		// Retried, now or on redelivery: the entry names this message, so
-		// the retry records it.
-		return appendFailed(err)
+	if err := r.recordEntry(ctx, c, e); err != nil {
+		// Retried: the entry names this message, so the retry records it.
+		return decidedButFailed(err)
 	}
 	r.log.InfoContext(ctx, "call decided", "call_id", c.Call.ID, "tool", c.Call.Tool, "decision", e.Decision, "approver", e.DecidedBy)
 	p.crash("after:approved")
@@ -372,9 +372,21 @@ func (p *Pool) recordDecision(ctx context.Context, r *run, c *events.CallState, 
 	// same call and scheduling that question's expiry on the same subject.
 	p.cancelExpiry(e.Tenant, e.RunID, c.Call.ID)
 	if err := p.wake(ctx, e.Tenant, e.RunID, wakeID(e)); err != nil {
-		return failedOn(err)
+		return decidedButFailed(err)
 	}
 	return settled, ""
+}
+
+// decidedButFailed is the outcome of a message whose decision the entry
+// holds but whose approved event or wake-up could not be written. The
+// message is held and tried again, whatever the error, as in an outage: if
+// it ran out of deliveries, nothing would record the decision until the
+// run's next wake-up (see run.wait), and nothing would wake the run.
+func decidedButFailed(err error) (outcome, string) {
+	if errors.Is(err, journal.ErrConflict) {
+		return again, ""
+	}
+	return unavailable, err.Error()
 }
 
 // wakeID is the Nats-Msg-Id of the wake-up after a decision: however often

@@ -152,6 +152,18 @@ func (r *run) wait(ctx context.Context, c *events.CallState) error {
 		return err
 	}
 	q := c.Request
+	// The entry may hold a decision the run does not: its handler decided
+	// and then could not record it (a JetStream outage that outlasted the
+	// approval message's deliveries, a handler killed on the last one).
+	// Nobody else would ever record it: the run does, as the handler would
+	// have, and goes on.
+	switch e, _, err := r.p.approvals.Get(ctx, r.st.RunID, c.Call.ID); {
+	case err == nil && !e.Pending() && e.Round == q.Round:
+		r.log.WarnContext(ctx, "decision found in the approval entry, not in the run: recording it", "call_id", c.Call.ID, "decision", e.Decision, "approval_seq", e.DecisionSeq)
+		return r.recordEntry(ctx, c, e)
+	case err != nil && !errors.Is(err, approvals.ErrNotFound):
+		return err
+	}
 	if !r.p.now().Before(q.ExpiresAt) {
 		return r.expire(ctx, c)
 	}
@@ -199,17 +211,42 @@ func (r *run) expire(ctx context.Context, c *events.CallState) error {
 		return err
 	}
 	if !e.Pending() {
-		// Decided by an approver whose handler records it and wakes us.
-		return errParked
+		if e.Round != c.Request.Round {
+			return errParked
+		}
+		// Decided by an approver since: record it (the handler does too;
+		// the conditional append lets one of them).
+		return r.recordEntry(ctx, c, e)
 	}
 	e.State, e.Decision, e.DecidedAt = string(approvals.Expired), approvals.Expired, r.p.now().UTC()
 	if err := r.p.approvals.Decide(ctx, e, rev); err != nil {
 		return err // lost to an approver: redeliver, reload, see their decision
 	}
-	return r.append(ctx, events.TypeApproved, r.st.CurrentStep, c.Call.ID, c.Call.Tool, events.ApprovedData{
-		Kind: string(e.Kind), Round: e.Round, Decision: string(approvals.Expired), ArgsHash: e.ArgsHash,
-		Reason: "no decision before " + e.ExpiresAt.Format(time.RFC3339),
-	})
+	return r.recordEntry(ctx, c, e)
+}
+
+// recordEntry appends the decision of a decided entry as the call's
+// approved event.
+func (r *run) recordEntry(ctx context.Context, c *events.CallState, e approvals.Entry) error {
+	return r.append(ctx, events.TypeApproved, e.Step, c.Call.ID, c.Call.Tool, approvedData(e))
+}
+
+// approvedData is the approved event of a decided entry: whoever records
+// it (the approvals handler, the run's own worker) records the same.
+func approvedData(e approvals.Entry) events.ApprovedData {
+	reason := e.Reason
+	if e.Decision == approvals.Expired && reason == "" {
+		reason = "no decision before " + e.ExpiresAt.Format(time.RFC3339)
+	}
+	return events.ApprovedData{
+		Kind:        string(e.Kind),
+		Round:       e.Round,
+		Decision:    string(e.Decision),
+		Approver:    e.DecidedBy,
+		ArgsHash:    e.ArgsHash,
+		Reason:      reason,
+		ApprovalSeq: e.DecisionSeq,
+	}
 }
 
 // leaseSuffix ends the schedule subject token of a lease's wake-up

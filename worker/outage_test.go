@@ -257,3 +257,70 @@ func TestAnApprovalWaitsOutAFullStore(t *testing.T) {
 		t.Errorf("approved by approval message %d, want %d", d.ApprovalSeq, seq)
 	}
 }
+
+// Once an approval message has decided its entry, a failure to record the
+// decision in the run, whatever it is, holds the message until it can be
+// recorded: if the message ran out of deliveries, the entry would say
+// approved, the run would stay parked, and nothing would be left pending
+// for an approver to answer. Here the events stream refuses every append
+// (a message limit reached, with discard new: not an outage JetStream
+// names) from the moment the entry is decided.
+func TestADecisionIsHeldUntilTheRunRecordsIt(t *testing.T) {
+	t.Parallel()
+	var (
+		once    sync.Once
+		limited = make(chan error, 1)
+	)
+	o := oneDraft(t, "drafted")
+	o.layout = journal.Layout{MaxDeliver: 2, AckWait: time.Second}
+	o.retry = 20 * time.Millisecond
+	var b *bundle
+	o.crash = func(point string) {
+		if point == "before:approved" {
+			once.Do(func() { limited <- limitEvents(b, true) })
+		}
+	}
+	b = setup(t, o)
+	runID, q := draftRun(t, b, "decided-held-1")
+	seq := b.publishApproval(runID, "s1c1", q.ArgsHash, "approve", "supervisor@cityops", "ok")
+	if err := <-limited; err != nil {
+		t.Fatal(err)
+	}
+	waitLogged(t, b, "JetStream cannot store an approval's decision", 5)
+	cons, err := b.env.JS.Consumer(t.Context(), journal.StreamApprovals, journal.ConsumerApprovals)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := cons.Info(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.NumRedelivered != 0 || info.NumAckPending != 1 {
+		t.Errorf("while the run cannot record it: %d redelivered, %d unacknowledged; want the message held, never redelivered", info.NumRedelivered, info.NumAckPending)
+	}
+	if err := limitEvents(b, false); err != nil {
+		t.Fatal(err)
+	}
+	evs := b.waitEnd(runID)
+	assertTrail(t, evs, concat([]string{"started"}, gatedStep("draft_escalation"), []string{"proposed:final", "finished:done"}))
+	if d := last[events.ApprovedData](t, evs, events.TypeApproved); d.ApprovalSeq != seq {
+		t.Errorf("approved by approval message %d, want %d", d.ApprovalSeq, seq)
+	}
+}
+
+// limitEvents makes the events stream refuse every new message (on) or
+// lifts that (off), through its message limit with discard new.
+func limitEvents(b *bundle, on bool) error {
+	ctx := context.Background()
+	st, err := b.env.JS.Stream(ctx, journal.StreamEvents)
+	if err != nil {
+		return err
+	}
+	cfg := st.CachedInfo().Config
+	cfg.Discard, cfg.MaxMsgs = jetstream.DiscardOld, -1
+	if on {
+		cfg.Discard, cfg.MaxMsgs = jetstream.DiscardNew, int64(st.CachedInfo().State.Msgs)
+	}
+	_, err = b.env.JS.UpdateStream(ctx, cfg)
+	return err
+}

@@ -237,3 +237,43 @@ func TestAnApprovalWhoseHandlerDiedEachTimeIsDecidedFromTheAdvisory(t *testing.T
 		t.Errorf("not decided from the max-deliveries advisory; logs:\n%s", b.logs.String())
 	}
 }
+
+// A decision the approvals entry holds and the run does not (its handler
+// decided and then could not record it: a JetStream outage outlasted the
+// message's deliveries) is recorded by the run itself at its next wake-up,
+// and the run goes on. Before, such a run stayed parked for good: nothing
+// pending for an approver to answer, no message left to deliver, and its
+// expiry found the entry decided and let go.
+func TestADecisionOnlyTheEntryHoldsIsRecordedByTheRun(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	b := setup(t, oneDraft(t, "drafted"))
+	runID, _ := draftRun(t, b, "entry-only-1")
+	kv, err := b.env.JS.KeyValue(ctx, journal.BucketApprovals)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := approvals.NewStore(kv, nil)
+	e, rev, err := store.Get(ctx, runID, "s1c1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Decided as the handler decides, and nothing more: no approved event,
+	// no wake-up, no message.
+	e.State, e.Decision, e.DecidedBy, e.Reason = "approved", approvals.Approve, "supervisor@cityops", "looks right"
+	e.DecidedAt, e.DecisionSeq = time.Now().UTC(), 4242
+	if err := store.Decide(ctx, e, rev); err != nil {
+		t.Fatal(err)
+	}
+	// A wake-up: the question's expiry, or any other.
+	if _, err := b.env.JS.Publish(ctx, events.ResumeSubject("cityops", runID), nil); err != nil {
+		t.Fatal(err)
+	}
+	evs := b.waitEnd(runID)
+	assertTrail(t, evs, concat([]string{"started"}, gatedStep("draft_escalation"), []string{"proposed:final", "finished:done"}))
+	got := last[events.ApprovedData](t, evs, events.TypeApproved)
+	want := events.ApprovedData{Kind: "approval", Round: 1, Decision: "approve", Approver: "supervisor@cityops", ArgsHash: e.ArgsHash, Reason: "looks right", ApprovalSeq: 4242}
+	if got != want {
+		t.Errorf("approved event %+v, want the entry's decision %+v", got, want)
+	}
+}
