@@ -5,10 +5,7 @@ package soak
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
-	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -36,16 +33,7 @@ const (
 //
 // SOAK_SEED=n replays a schedule of kills (the seed is logged).
 func TestRandomKillsUnderLoad(t *testing.T) {
-	seed := uint64(time.Now().UnixNano())
-	if v := os.Getenv("SOAK_SEED"); v != "" {
-		n, err := strconv.ParseUint(v, 10, 64)
-		if err != nil {
-			t.Fatalf("SOAK_SEED: %v", err)
-		}
-		seed = n
-	}
-	t.Logf("seed %d (SOAK_SEED=%d replays the kill schedule)", seed, seed)
-	rng := rand.New(rand.NewPCG(seed, 0))
+	rng, seed := soakRNG(t)
 
 	base := t.TempDir()
 	logs := logDir(t)
@@ -86,22 +74,7 @@ func TestRandomKillsUnderLoad(t *testing.T) {
 
 	// Load: tasks at a steady pace, for as long as the kills go on.
 	began := time.Now()
-	runIDs := make([]string, chaosRuns)
-	submitted := make(chan error, 1)
-	go func() {
-		tick := time.NewTicker(time.Second / chaosPace)
-		defer tick.Stop()
-		for i := range chaosRuns {
-			<-tick.C
-			id, err := submit(ctx, js, fmt.Sprintf("chaos-%03d-%d", i, began.UnixNano()))
-			if err != nil {
-				submitted <- err
-				return
-			}
-			runIDs[i] = id
-		}
-		submitted <- nil
-	}()
+	runIDs, submitted := submitAtPace(ctx, js, chaosRuns, chaosPace, "chaos", began)
 
 	// Chaos: a worker every 1-3s; one nats-server, at a random moment
 	// in the first half, down for chaosNodeDown.
@@ -156,15 +129,7 @@ func TestRandomKillsUnderLoad(t *testing.T) {
 		t.Fatalf("submit: %v", err)
 	}
 
-	for i, id := range runIDs {
-		select {
-		case <-ap.finished(id):
-		case <-ap.troubled:
-			t.Fatalf("approver: %v", ap.trouble())
-		case <-ctx.Done():
-			t.Fatalf("run %d (%s) did not finish: %d of %d finished\n%s", i, id, ap.finishedCount(), chaosRuns, diagnose(context.Background(), js, id))
-		}
-	}
+	awaitFinished(ctx, t, js, ap, runIDs)
 	total := time.Since(began)
 	note("all %d runs finished", chaosRuns)
 	if err := waitDrained(ctx, js, 60*time.Second); err != nil {

@@ -279,15 +279,7 @@ func TestClusterSurvivesANodeAndAWorker(t *testing.T) {
 		workerKilled.Sub(began).Round(time.Millisecond), workers[0].name, progress.Load(), ap.finishedCount())
 
 	// Every run finishes.
-	for _, id := range runIDs {
-		select {
-		case <-ap.finished(id):
-		case <-ap.troubled:
-			t.Fatalf("approver: %v", ap.trouble())
-		case <-ctx.Done():
-			t.Fatalf("run %s did not finish: %d of %d finished; approver: %v\n%s", id, ap.finishedCount(), clusterRuns, ap.trouble(), diagnose(context.Background(), js, id))
-		}
-	}
+	awaitFinished(ctx, t, js, ap, runIDs)
 	allDone := time.Now()
 	total := allDone.Sub(began)
 	time.Sleep(500 * time.Millisecond) // a last sample

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -18,6 +19,7 @@ import (
 	"runtime"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -318,6 +320,60 @@ func grepLog(path, s string) []string {
 		}
 	}
 	return out
+}
+
+// soakRNG is the random source of a test's schedule of kills: seeded by
+// SOAK_SEED when set (to replay a schedule), else by the clock; the seed
+// is logged.
+func soakRNG(t *testing.T) (*rand.Rand, uint64) {
+	t.Helper()
+	seed := uint64(time.Now().UnixNano())
+	if v := os.Getenv("SOAK_SEED"); v != "" {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			t.Fatalf("SOAK_SEED: %v", err)
+		}
+		seed = n
+	}
+	t.Logf("seed %d (SOAK_SEED=%d replays the kill schedule)", seed, seed)
+	return rand.New(rand.NewPCG(seed, 0)), seed
+}
+
+// submitAtPace publishes n happy-path tasks, pace a second, in the
+// background, with task ids prefix-<i>-<began>. The run ids are in the
+// slice once the channel has said nil.
+func submitAtPace(ctx context.Context, js jetstream.JetStream, n, pace int, prefix string, began time.Time) ([]string, <-chan error) {
+	runIDs := make([]string, n)
+	submitted := make(chan error, 1)
+	go func() {
+		tick := time.NewTicker(time.Second / time.Duration(pace))
+		defer tick.Stop()
+		for i := range n {
+			<-tick.C
+			id, err := submit(ctx, js, fmt.Sprintf("%s-%03d-%d", prefix, i, began.UnixNano()))
+			if err != nil {
+				submitted <- err
+				return
+			}
+			runIDs[i] = id
+		}
+		submitted <- nil
+	}()
+	return runIDs, submitted
+}
+
+// awaitFinished waits until the approver saw every run of runIDs finish.
+func awaitFinished(ctx context.Context, t *testing.T, js jetstream.JetStream, ap *approver, runIDs []string) {
+	t.Helper()
+	for i, id := range runIDs {
+		select {
+		case <-ap.finished(id):
+		case <-ap.troubled:
+			t.Fatalf("approver: %v", ap.trouble())
+		case <-ctx.Done():
+			t.Fatalf("run %d (%s) did not finish: %d of %d finished\n%s", i, id, ap.finishedCount(), len(runIDs), diagnose(context.Background(), js, id))
+		}
+	}
 }
 
 // workerOptions say how to start one `loopgate worker` process.

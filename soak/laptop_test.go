@@ -5,10 +5,7 @@ package soak
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
-	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -32,16 +29,7 @@ const (
 //
 // SOAK_SEED=n replays a schedule of kills (the seed is logged).
 func TestTheLaptopSurvivesKills(t *testing.T) {
-	seed := uint64(time.Now().UnixNano())
-	if v := os.Getenv("SOAK_SEED"); v != "" {
-		n, err := strconv.ParseUint(v, 10, 64)
-		if err != nil {
-			t.Fatalf("SOAK_SEED: %v", err)
-		}
-		seed = n
-	}
-	t.Logf("seed %d (SOAK_SEED=%d replays the kill schedule)", seed, seed)
-	rng := rand.New(rand.NewPCG(seed, 0))
+	rng, seed := soakRNG(t)
 
 	logs := logDir(t)
 	data := filepath.Join(t.TempDir(), "data")
@@ -78,22 +66,7 @@ func TestTheLaptopSurvivesKills(t *testing.T) {
 	defer cancel()
 
 	began := time.Now()
-	runIDs := make([]string, laptopRuns)
-	submitted := make(chan error, 1)
-	go func() {
-		tick := time.NewTicker(time.Second / laptopPace)
-		defer tick.Stop()
-		for i := range laptopRuns {
-			<-tick.C
-			id, err := submit(ctx, js, fmt.Sprintf("laptop-%03d-%d", i, began.UnixNano()))
-			if err != nil {
-				submitted <- err
-				return
-			}
-			runIDs[i] = id
-		}
-		submitted <- nil
-	}()
+	runIDs, submitted := submitAtPace(ctx, js, laptopRuns, laptopPace, "laptop", began)
 
 	var log []string
 	note := func(format string, args ...any) {
@@ -115,15 +88,7 @@ func TestTheLaptopSurvivesKills(t *testing.T) {
 	if err := <-submitted; err != nil {
 		t.Fatalf("submit: %v", err)
 	}
-	for i, id := range runIDs {
-		select {
-		case <-ap.finished(id):
-		case <-ap.troubled:
-			t.Fatalf("approver: %v", ap.trouble())
-		case <-ctx.Done():
-			t.Fatalf("run %d (%s) did not finish: %d of %d finished\n%s", i, id, ap.finishedCount(), laptopRuns, diagnose(context.Background(), js, id))
-		}
-	}
+	awaitFinished(ctx, t, js, ap, runIDs)
 	total := time.Since(began)
 	note("all %d runs finished", laptopRuns)
 	if err := waitDrained(ctx, js, 60*time.Second); err != nil {
