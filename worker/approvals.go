@@ -404,9 +404,9 @@ func appendFailed(err error) (outcome, string) {
 
 // failedOn is the outcome of an approval message whose run or entry could
 // not be read or written: held while JetStream cannot take writes at all
-// (see StoreUnavailable), handed back otherwise.
+// (see outage), handed back otherwise.
 func failedOn(err error) (outcome, string) {
-	if StoreUnavailable(err) {
+	if outage(err) {
 		return unavailable, err.Error()
 	}
 	return retry, ""

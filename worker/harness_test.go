@@ -54,7 +54,10 @@ type options struct {
 	// maxFileStore caps the server's JetStream disk use (not with cluster).
 	maxFileStore int64
 	retry        time.Duration // the pool's redelivery delay after an error
-	pricing      map[string]config.Price
+	// apiTimeout is the pool's JetStream request timeout (natstest's 30s
+	// when zero), for tests of a JetStream that does not answer.
+	apiTimeout time.Duration
+	pricing    map[string]config.Price
 
 	// cluster runs the test on three clustered servers (R3) instead of
 	// one; b.cluster can stop and restart them.
@@ -134,15 +137,26 @@ func setup(t testing.TB, o options) *bundle {
 	}
 	log := slog.New(slog.NewTextHandler(b.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	b.newPool = func() *worker.Pool {
-		poolJournal := env.Journal // as it is now: restart replaces it
-		if o.coldJournal {
-			j, err := journal.New(t.Context(), env.JS, journal.WithRunCache(0))
+		poolJS, poolJournal := env.JS, env.Journal // as they are now: restart replaces them
+		if o.apiTimeout > 0 {
+			js, err := jetstream.New(env.Conn, jetstream.WithDefaultTimeout(o.apiTimeout))
+			if err != nil {
+				t.Fatal(err)
+			}
+			poolJS = js
+		}
+		if o.coldJournal || o.apiTimeout > 0 {
+			cache := journal.DefaultRunCacheBytes
+			if o.coldJournal {
+				cache = 0
+			}
+			j, err := journal.New(t.Context(), poolJS, journal.WithRunCache(cache))
 			if err != nil {
 				t.Fatal(err)
 			}
 			poolJournal = j
 		}
-		pool, err := worker.New(worker.Deps{JS: env.JS, Journal: poolJournal, App: cfg, Registry: reg, Models: models},
+		pool, err := worker.New(worker.Deps{JS: poolJS, Journal: poolJournal, App: cfg, Registry: reg, Models: models},
 			&worker.Config{Workers: cmp.Or(o.workers, 2), Logger: log, TransientBackoff: 10 * time.Millisecond, Crash: o.crash, RetryDelay: o.retry,
 				// LOOPGATE_TEST_BATCH=1 runs every scenario with a step's
 				// events appended in atomic batches, as on a cluster.

@@ -324,3 +324,65 @@ func limitEvents(b *bundle, on bool) error {
 	_, err = b.env.JS.UpdateStream(ctx, cfg)
 	return err
 }
+
+// A stream that stops answering (a single nats-server whose disk filled up
+// marks the stream it could not write and answers no publish to it until
+// it is restarted) is an outage too: appends time out rather than being
+// refused. The run's worker keeps the message and tries the append again
+// (its Nats-Msg-Id makes that safe) instead of spending deliveries, which
+// would end in a poison-message stop that could not be recorded either.
+// Here the events stream stops acknowledging from the moment the read's
+// executed event is appended.
+func TestARunWaitsOutAStreamThatDoesNotAnswer(t *testing.T) {
+	t.Parallel()
+	var (
+		once   sync.Once
+		silent = make(chan error, 1)
+	)
+	m := fakeTool("quick_read", tools.Read, false)
+	var b *bundle
+	b = setup(t, options{
+		tools: []tools.Manifest{m}, roles: writerRoles("quick_read"),
+		builtins: tools.Builtins{"quick_read": func(ctx context.Context, c tools.Call) (any, error) {
+			return map[string]int{"n": 1}, nil
+		}},
+		agents:     map[string]config.Profile{"reader": profile("quick_read")},
+		scripts:    map[string]model.Model{"reader": scripted(t, `{"tool_calls":[{"tool":"quick_read","args":{}}]}`, `{"final_answer":{"summary":"ok"}}`)},
+		layout:     journal.Layout{MaxDeliver: 2, AckWait: time.Second},
+		retry:      20 * time.Millisecond,
+		apiTimeout: time.Second, // each unanswered append waits this long
+		crash: func(point string) {
+			if point == "before:executed" {
+				once.Do(func() { silent <- ackEvents(b, false) })
+			}
+		},
+		workers: 1,
+	})
+	runID := b.submit(task("silent-1", "reader"))
+	if err := <-silent; err != nil {
+		t.Fatal(err)
+	}
+	waitLogged(t, b, "JetStream cannot store the run's events", 2)
+	info := workInfo(t, b)
+	if info.NumRedelivered != 0 || info.NumAckPending != 1 {
+		t.Errorf("while the stream does not answer: %d redelivered, %d unacknowledged; want the one message held, never redelivered", info.NumRedelivered, info.NumAckPending)
+	}
+	if err := ackEvents(b, true); err != nil {
+		t.Fatal(err)
+	}
+	evs := b.waitEnd(runID)
+	assertTrail(t, evs, concat([]string{"started"}, okStep("quick_read"), []string{"proposed:final", "finished:done"}))
+}
+
+// ackEvents turns the events stream's acknowledgements on or off.
+func ackEvents(b *bundle, on bool) error {
+	ctx := context.Background()
+	st, err := b.env.JS.Stream(ctx, journal.StreamEvents)
+	if err != nil {
+		return err
+	}
+	cfg := st.CachedInfo().Config
+	cfg.NoAck = !on
+	_, err = b.env.JS.UpdateStream(ctx, cfg)
+	return err
+}

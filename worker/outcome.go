@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/loopgate/loopgate/internal/wait"
@@ -52,11 +53,30 @@ func classify(err error) outcome {
 		return stopping
 	case errors.Is(err, journal.ErrConflict):
 		return retry
-	case StoreUnavailable(err):
+	case outage(err):
 		return unavailable
 	default:
 		return retry
 	}
+}
+
+// outage reports whether err says JetStream cannot take writes now: it
+// says so (StoreUnavailable), or it does not answer (noAnswer). Either
+// lasts as long as JetStream's trouble, whatever the run does, so a message
+// is held through it rather than spent on it.
+func outage(err error) bool { return StoreUnavailable(err) || noAnswer(err) }
+
+// noAnswer reports whether err is a JetStream request that got no answer:
+// no reply in time, or nobody to reply. A single server whose disk filled
+// up stops answering publishes to the stream it could not write, until it
+// is restarted; a cluster between leaders and a connection being made
+// again do the same for seconds. The write may have been stored: every
+// write a held message tries again is safe to try again (an event's
+// Nats-Msg-Id and expected last sequence; compare-and-set KV writes, and a
+// run taken up again from its events).
+func noAnswer(err error) bool {
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
+		errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders)
 }
 
 // StoreUnavailable reports whether err is JetStream's answer that it
@@ -87,8 +107,8 @@ func StoreUnavailable(err error) bool {
 // long outage logs once per this per run held.
 const maxOutageDelay = 10 * time.Second
 
-// patiently runs write until JetStream takes it or answers anything but
-// StoreUnavailable, waiting between tries (from the pool's RetryDelay,
+// patiently runs write until JetStream takes it or answers anything but an
+// outage, waiting between tries (from the pool's RetryDelay,
 // doubling up to maxOutageDelay) for as long as the outage lasts or ctx
 // allows, and returns how long it waited. what names the write for the
 // log.
@@ -96,7 +116,7 @@ func (p *Pool) patiently(ctx context.Context, log *slog.Logger, what string, wri
 	delay := p.opts.RetryDelay
 	for try := 1; ; try++ {
 		err := write()
-		if !StoreUnavailable(err) {
+		if !outage(err) {
 			return waited, err
 		}
 		log.WarnContext(ctx, "JetStream cannot store "+what+"; trying again", "try", try, "in", delay, "err", err)

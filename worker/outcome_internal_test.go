@@ -6,13 +6,14 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/loopgate/loopgate/journal"
 )
 
-// Only JetStream's "cannot take any write now" answers hold a run's
-// message; an error about what was written goes the usual way (a
+// Only JetStream's "cannot take any write now" answers, and its silence,
+// hold a run's message; an error about what was written goes the usual way (a
 // redelivery, and the poison-message stop if it never succeeds).
 func TestOnlyAnOutageOfJetStreamHoldsTheMessage(t *testing.T) {
 	api := func(code jetstream.ErrorCode) error {
@@ -33,6 +34,10 @@ func TestOnlyAnOutageOfJetStreamHoldsTheMessage(t *testing.T) {
 		{"stream not found", api(jetstream.JSErrCodeStreamNotFound), retry},
 		{"a lost race", &journal.ConflictError{Err: api(jetstream.JSErrCodeStreamWrongLastSequence)}, retry},
 		{"not an API error", errors.New("boom"), retry},
+		{"no answer in time", fmt.Errorf("journal: append executed event 5: %w", context.DeadlineExceeded), unavailable},
+		{"no answer from the stream", fmt.Errorf("create approval: %w", jetstream.ErrNoStreamResponse), unavailable},
+		{"nobody to answer", fmt.Errorf("get entry: %w", nats.ErrNoResponders), unavailable},
+		{"a request timeout", fmt.Errorf("put: %w", nats.ErrTimeout), unavailable},
 		{"stopping while waiting", fmt.Errorf("%w (while waiting out: %w)", context.Canceled, api(10023)), stopping},
 	} {
 		if got := classify(tc.err); got != tc.want {

@@ -537,7 +537,7 @@ func (p *Pool) failed(ctx context.Context, r *run, err error) (outcome, string) 
 			return settled, ""
 		}
 		r.log.WarnContext(ctx, "schedule wake-up at lease end", "call_id", busy.callID, "err", serr)
-		if StoreUnavailable(serr) {
+		if outage(serr) {
 			return unavailable, serr.Error()
 		}
 	}
