@@ -110,21 +110,21 @@ const maxOutageDelay = 10 * time.Second
 // patiently runs write until JetStream takes it or answers anything but an
 // outage, waiting between tries (from the pool's RetryDelay,
 // doubling up to maxOutageDelay) for as long as the outage lasts or ctx
-// allows, and returns how long it waited. what names the write for the
-// log.
+// allows, and returns how long it waited: from the first try to the last,
+// the failed tries included (a try JetStream does not answer takes the
+// request timeout). what names the write for the log.
 func (p *Pool) patiently(ctx context.Context, log *slog.Logger, what string, write func() error) (waited time.Duration, err error) {
 	delay := p.opts.RetryDelay
+	first := time.Now()
 	for try := 1; ; try++ {
+		began := time.Now()
 		err := write()
 		if !outage(err) {
-			return waited, err
+			return began.Sub(first), err
 		}
 		log.WarnContext(ctx, "JetStream cannot store "+what+"; trying again", "try", try, "in", delay, "err", err)
-		began := time.Now()
-		werr := wait.For(ctx, delay)
-		waited += time.Since(began)
-		if werr != nil {
-			return waited, fmt.Errorf("%w (while waiting out: %w)", werr, err)
+		if werr := wait.For(ctx, delay); werr != nil {
+			return time.Since(first), fmt.Errorf("%w (while waiting out: %w)", werr, err)
 		}
 		delay = min(2*delay, maxOutageDelay)
 	}

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -43,5 +45,32 @@ func TestOnlyAnOutageOfJetStreamHoldsTheMessage(t *testing.T) {
 		if got := classify(tc.err); got != tc.want {
 			t.Errorf("%s: %v is %s, want %s", tc.name, tc.err, got, tc.want)
 		}
+	}
+}
+
+// The time a write waited out an outage, which the run is not charged for,
+// includes its failed tries: a try JetStream does not answer takes the
+// whole request timeout, and a disk-full outage of minutes is mostly such
+// tries. A first try that succeeds waited nothing.
+func TestAnOutageWaitCountsTheFailedTries(t *testing.T) {
+	p := &Pool{opts: Config{RetryDelay: 10 * time.Millisecond}}
+	log := slog.New(slog.DiscardHandler)
+	tries := 0
+	waited, err := p.patiently(t.Context(), log, "a test's events", func() error {
+		if tries++; tries <= 2 {
+			time.Sleep(50 * time.Millisecond) // the request timeout
+			return fmt.Errorf("append: %w", context.DeadlineExceeded)
+		}
+		return nil
+	})
+	if err != nil || tries != 3 {
+		t.Fatalf("%d tries, err %v; want 3 and nil", tries, err)
+	}
+	if least := 2*50*time.Millisecond + 10*time.Millisecond + 20*time.Millisecond; waited < least {
+		t.Errorf("waited %s, want at least %s: two 50 ms tries and two delays", waited, least)
+	}
+	waited, err = p.patiently(t.Context(), log, "a test's events", func() error { return nil })
+	if err != nil || waited > 5*time.Millisecond {
+		t.Errorf("a first try that succeeds: waited %s, err %v; want nothing", waited, err)
 	}
 }
