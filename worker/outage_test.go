@@ -61,10 +61,7 @@ func TestARunWaitsOutAFullStore(t *testing.T) {
 	// than MaxDeliver allows deliveries go by (20 ms doubling: 5.1 s by
 	// the 9th try), the message held.
 	waitLogged(t, b, "JetStream cannot store the run's events", 9)
-	info := workInfo(t, b)
-	if info.NumRedelivered != 0 || info.NumAckPending != 1 {
-		t.Errorf("during the outage: %d redelivered, %d unacknowledged; want the one message held, never redelivered", info.NumRedelivered, info.NumAckPending)
-	}
+	assertHeld(t, b, journal.StreamWork, journal.ConsumerWorkers, "during the outage")
 
 	store.purge(t)
 	evs := b.waitEnd(runID)
@@ -104,10 +101,7 @@ func TestAWriteWaitsOutAFullStoreAtItsClaim(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitLogged(t, b, "keeping its message and trying again", 5)
-	info := workInfo(t, b)
-	if info.NumRedelivered != 0 || info.NumAckPending != 1 {
-		t.Errorf("during the outage: %d redelivered, %d unacknowledged; want the one message held, never redelivered", info.NumRedelivered, info.NumAckPending)
-	}
+	assertHeld(t, b, journal.StreamWork, journal.ConsumerWorkers, "during the outage")
 	if n := runs.Load(); n != 0 {
 		t.Fatalf("the write ran %d times without its claim", n)
 	}
@@ -193,10 +187,11 @@ func (f *storeFiller) purge(t *testing.T) {
 	}
 }
 
-// workInfo reads the state of the workers' consumer.
-func workInfo(t *testing.T, b *bundle) *jetstream.ConsumerInfo {
+// assertHeld checks that the consumer holds its one message, never
+// redelivered: a worker keeping it through an outage (when).
+func assertHeld(t *testing.T, b *bundle, stream, consumer, when string) {
 	t.Helper()
-	cons, err := b.env.JS.Consumer(t.Context(), journal.StreamWork, journal.ConsumerWorkers)
+	cons, err := b.env.JS.Consumer(t.Context(), stream, consumer)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -204,7 +199,9 @@ func workInfo(t *testing.T, b *bundle) *jetstream.ConsumerInfo {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return info
+	if info.NumRedelivered != 0 || info.NumAckPending != 1 {
+		t.Errorf("%s: %d redelivered, %d unacknowledged; want the one message held, never redelivered", when, info.NumRedelivered, info.NumAckPending)
+	}
 }
 
 // waitLogged waits until the pool's log holds s at least n times.
@@ -287,17 +284,7 @@ func TestADecisionIsHeldUntilTheRunRecordsIt(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitLogged(t, b, "JetStream cannot store an approval's decision", 5)
-	cons, err := b.env.JS.Consumer(t.Context(), journal.StreamApprovals, journal.ConsumerApprovals)
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := cons.Info(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if info.NumRedelivered != 0 || info.NumAckPending != 1 {
-		t.Errorf("while the run cannot record it: %d redelivered, %d unacknowledged; want the message held, never redelivered", info.NumRedelivered, info.NumAckPending)
-	}
+	assertHeld(t, b, journal.StreamApprovals, journal.ConsumerApprovals, "while the run cannot record it")
 	if err := limitEvents(b, false); err != nil {
 		t.Fatal(err)
 	}
@@ -311,16 +298,24 @@ func TestADecisionIsHeldUntilTheRunRecordsIt(t *testing.T) {
 // limitEvents makes the events stream refuse every new message (on) or
 // lifts that (off), through its message limit with discard new.
 func limitEvents(b *bundle, on bool) error {
+	return updateEvents(func(cfg *jetstream.StreamConfig, st jetstream.StreamState) {
+		cfg.Discard, cfg.MaxMsgs = jetstream.DiscardOld, -1
+		if on {
+			cfg.Discard, cfg.MaxMsgs = jetstream.DiscardNew, int64(st.Msgs)
+		}
+	}, b)
+}
+
+// updateEvents changes the events stream's config with change, given its
+// current config and state.
+func updateEvents(change func(*jetstream.StreamConfig, jetstream.StreamState), b *bundle) error {
 	ctx := context.Background()
 	st, err := b.env.JS.Stream(ctx, journal.StreamEvents)
 	if err != nil {
 		return err
 	}
 	cfg := st.CachedInfo().Config
-	cfg.Discard, cfg.MaxMsgs = jetstream.DiscardOld, -1
-	if on {
-		cfg.Discard, cfg.MaxMsgs = jetstream.DiscardNew, int64(st.CachedInfo().State.Msgs)
-	}
+	change(&cfg, st.CachedInfo().State)
 	_, err = b.env.JS.UpdateStream(ctx, cfg)
 	return err
 }
@@ -363,10 +358,7 @@ func TestARunWaitsOutAStreamThatDoesNotAnswer(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitLogged(t, b, "JetStream cannot store the run's events", 2)
-	info := workInfo(t, b)
-	if info.NumRedelivered != 0 || info.NumAckPending != 1 {
-		t.Errorf("while the stream does not answer: %d redelivered, %d unacknowledged; want the one message held, never redelivered", info.NumRedelivered, info.NumAckPending)
-	}
+	assertHeld(t, b, journal.StreamWork, journal.ConsumerWorkers, "while the stream does not answer")
 	if err := ackEvents(b, true); err != nil {
 		t.Fatal(err)
 	}
@@ -376,13 +368,5 @@ func TestARunWaitsOutAStreamThatDoesNotAnswer(t *testing.T) {
 
 // ackEvents turns the events stream's acknowledgements on or off.
 func ackEvents(b *bundle, on bool) error {
-	ctx := context.Background()
-	st, err := b.env.JS.Stream(ctx, journal.StreamEvents)
-	if err != nil {
-		return err
-	}
-	cfg := st.CachedInfo().Config
-	cfg.NoAck = !on
-	_, err = b.env.JS.UpdateStream(ctx, cfg)
-	return err
+	return updateEvents(func(cfg *jetstream.StreamConfig, _ jetstream.StreamState) { cfg.NoAck = !on }, b)
 }

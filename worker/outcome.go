@@ -117,14 +117,15 @@ func (p *Pool) patiently(ctx context.Context, log *slog.Logger, what string, wri
 	delay := p.opts.RetryDelay
 	first := time.Now()
 	for try := 1; ; try++ {
-		began := time.Now()
 		err := write()
 		if !outage(err) {
-			return began.Sub(first), err
+			return waited, err
 		}
 		log.WarnContext(ctx, "JetStream cannot store "+what+"; trying again", "try", try, "in", delay, "err", err)
-		if werr := wait.For(ctx, delay); werr != nil {
-			return time.Since(first), fmt.Errorf("%w (while waiting out: %w)", werr, err)
+		werr := wait.For(ctx, delay)
+		waited = time.Since(first)
+		if werr != nil {
+			return waited, fmt.Errorf("%w (while waiting out: %w)", werr, err)
 		}
 		delay = min(2*delay, maxOutageDelay)
 	}
