@@ -100,7 +100,15 @@ const (
 // use AppendBatch there for atomicity, not speed. See docs/durability.md.
 func (j *Journal) AppendBatch(ctx context.Context, lastStreamSeq uint64, evs ...events.Event) (uint64, error) {
 	stored := make([][]byte, len(evs))
-	last, err := j.appendBatch(ctx, lastStreamSeq, evs, stored)
+	var (
+		last uint64
+		err  error
+	)
+	if j.group != nil {
+		last, err = j.group.append(ctx, lastStreamSeq, evs, stored, true)
+	} else {
+		last, err = j.appendBatch(ctx, lastStreamSeq, evs, stored)
+	}
 	j.remember(lastStreamSeq, last, err, evs, stored)
 	return last, err
 }
@@ -117,47 +125,16 @@ func (j *Journal) appendBatch(ctx context.Context, lastStreamSeq uint64, evs []e
 		return last, fmt.Errorf("journal: append batch of run %s/%s: %d events, at most %d", evs[0].Tenant, evs[0].RunID, len(evs), MaxBatch)
 	}
 	tenant, runID := evs[0].Tenant, evs[0].RunID
-	if err := checkRun(tenant, runID); err != nil {
-		return last, fmt.Errorf("journal: append batch: %w", err)
-	}
 	filter := events.RunFilter(tenant, runID)
-	msgs := make([]*nats.Msg, len(evs))
-	for i := range evs {
-		e := &evs[i]
-		if e.Tenant != tenant || e.RunID != runID {
-			return last, fmt.Errorf("journal: append batch: event %d is for run %s/%s, not %s/%s: one run per batch",
-				i, e.Tenant, e.RunID, tenant, runID)
-		}
-		if i > 0 && e.Seq != evs[0].Seq+uint64(i) {
-			return last, fmt.Errorf("journal: append batch: event %d of run %s has seq %d after seq %d: want consecutive seqs",
-				i, runID, e.Seq, evs[i-1].Seq)
-		}
-		if !events.ValidToken(string(e.Type)) {
-			return last, fmt.Errorf("journal: append batch: event %d of run %s has type %q, not a subject token", e.Seq, runID, e.Type)
-		}
-		data, err := e.Encode()
-		if err != nil {
-			return last, fmt.Errorf("journal: append batch: encode %s event %d of run %s: %w", e.Type, e.Seq, runID, err)
-		}
-		stored[i] = data
-		msgs[i] = &nats.Msg{Subject: e.Subject(), Data: data, Header: nats.Header{
-			jetstream.MsgIDHeader:          []string{e.MsgID()},
-			jetstream.ExpectedStreamHeader: []string{StreamEvents},
-		}}
+	msgs, err := batchMessages(last, evs, stored)
+	if err != nil {
+		return last, err
 	}
-	// Only the first message carries the expectation: it guards the whole
-	// batch, which the server checks and stores as one.
-	msgs[0].Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(last, 10))
-	msgs[0].Header.Set(jetstream.ExpectedLastSubjSeqSubjHeader, filter)
-
 	if err := j.checkAtomic(ctx); err != nil {
 		return last, err
 	}
 
-	var (
-		seq uint64
-		err error
-	)
+	var seq uint64
 	for try := 1; ; try++ {
 		seq, err = j.publishBatch(ctx, msgs)
 		// Incomplete means the server stored nothing (a message of the
@@ -191,6 +168,45 @@ func (j *Journal) appendBatch(ctx context.Context, lastStreamSeq uint64, evs []e
 	default:
 		return last, fmt.Errorf("journal: append batch of %d events of run %s/%s: %w", len(evs), tenant, runID, err)
 	}
+}
+
+// batchMessages encodes evs, the next events of one run after stream seq
+// last with consecutive run seqs, as the messages of an atomic batch (or
+// of a run's share of one): each with its Nats-Msg-Id, and the first with
+// the expected last sequence for the run's subject filter, which guards
+// the run's whole share. It puts each event's encoding in stored[i].
+func batchMessages(last uint64, evs []events.Event, stored [][]byte) ([]*nats.Msg, error) {
+	tenant, runID := evs[0].Tenant, evs[0].RunID
+	if err := checkRun(tenant, runID); err != nil {
+		return nil, fmt.Errorf("journal: append batch: %w", err)
+	}
+	msgs := make([]*nats.Msg, len(evs))
+	for i := range evs {
+		e := &evs[i]
+		if e.Tenant != tenant || e.RunID != runID {
+			return nil, fmt.Errorf("journal: append batch: event %d is for run %s/%s, not %s/%s: one run per batch",
+				i, e.Tenant, e.RunID, tenant, runID)
+		}
+		if i > 0 && e.Seq != evs[0].Seq+uint64(i) {
+			return nil, fmt.Errorf("journal: append batch: event %d of run %s has seq %d after seq %d: want consecutive seqs",
+				i, runID, e.Seq, evs[i-1].Seq)
+		}
+		if !events.ValidToken(string(e.Type)) {
+			return nil, fmt.Errorf("journal: append batch: event %d of run %s has type %q, not a subject token", e.Seq, runID, e.Type)
+		}
+		data, err := e.Encode()
+		if err != nil {
+			return nil, fmt.Errorf("journal: append batch: encode %s event %d of run %s: %w", e.Type, e.Seq, runID, err)
+		}
+		stored[i] = data
+		msgs[i] = &nats.Msg{Subject: e.Subject(), Data: data, Header: nats.Header{
+			jetstream.MsgIDHeader:          []string{e.MsgID()},
+			jetstream.ExpectedStreamHeader: []string{StreamEvents},
+		}}
+	}
+	msgs[0].Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(last, 10))
+	msgs[0].Header.Set(jetstream.ExpectedLastSubjSeqSubjHeader, events.RunFilter(tenant, runID))
+	return msgs, nil
 }
 
 // batchAck is the server's answer to the commit of an atomic batch: a

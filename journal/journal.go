@@ -98,6 +98,7 @@ type Journal struct {
 	runs jetstream.KeyValue // opened on first PutRun
 
 	cache *runCache // nil: off
+	group *group    // nil: every append on its own (see WithGroupCommit)
 }
 
 // Option configures a Journal.
@@ -155,7 +156,15 @@ func New(ctx context.Context, js jetstream.JetStream, opts ...Option) (*Journal,
 // flight, whose outcome is then unknown: retry the Append or reload.
 func (j *Journal) Append(ctx context.Context, lastStreamSeq uint64, evs ...events.Event) (uint64, error) {
 	stored := make([][]byte, len(evs))
-	last, err := j.appendEach(ctx, lastStreamSeq, evs, stored)
+	var (
+		last uint64
+		err  error
+	)
+	if j.group != nil {
+		last, err = j.group.append(ctx, lastStreamSeq, evs, stored, false)
+	} else {
+		last, err = j.appendEach(ctx, lastStreamSeq, evs, stored)
+	}
 	j.remember(lastStreamSeq, last, err, evs, stored)
 	return last, err
 }
