@@ -43,10 +43,11 @@ vet:
 SDK_PKGS  = ./cli ./providers ./cmd/loopgate
 RACE_PKGS = $(shell $(GO) list ./... | grep -v -e /cli$$ -e /providers$$ -e /cmd/loopgate$$)
 
-unit: ## race-enabled tests with shuffled order (SDK packages without -race); the worker again with batched appends
+unit: ## race-enabled tests with shuffled order (SDK packages without -race); the worker again with batched appends, and with group commit
 	$(GO) test -race -shuffle=on -timeout 9m -count=1 $(RACE_PKGS)
 	$(GO) test -shuffle=on -timeout 9m -count=1 $(SDK_PKGS)
 	LOOPGATE_TEST_BATCH=1 $(GO) test -race -shuffle=on -timeout 5m -count=1 ./worker
+	LOOPGATE_TEST_GROUP=1 $(GO) test -race -shuffle=on -timeout 5m -count=1 ./worker
 
 compose-check: ## validate compose.yaml as docker compose would (no engine needed)
 	cd deploy/composecheck && $(GO) test -count=1 ./...

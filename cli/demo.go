@@ -72,7 +72,7 @@ func runDemo(ctx context.Context, e env, args []string) int {
 	if !*keep {
 		defer os.RemoveAll(dir)
 	}
-	s, err := startStack(ctx, stackOptions{cfg: cfg, dataDir: dir, workers: 2, log: log, syncInterval: "always"})
+	s, err := startStack(ctx, stackOptions{cfg: cfg, dataDir: dir, workers: 2, log: log, syncInterval: "always", groupCommit: true})
 	if err != nil {
 		return fail(e, "%v", err)
 	}

@@ -25,6 +25,7 @@ type serveFlags struct {
 	logLevel     string
 	syncInterval string
 	replicas     int
+	groupCommit  string
 	ackWait      time.Duration
 }
 
@@ -40,6 +41,7 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fs.StringVar(&f.syncInterval, "sync-interval", "", `embedded server fsync: "always" (default) or a duration such as 2m`)
 	fs.IntVar(&f.replicas, "replicas", 0, "replicas of the streams and KV buckets loopgate creates (default 1)")
+	fs.StringVar(&f.groupCommit, "group-commit", "", "appends of different runs waiting at once share atomic batches: auto (default: on with the embedded server at sync-interval always and one replica), on or off")
 	fs.DurationVar(&f.ackWait, "ack-wait", 0, "how long a worker may hold a work message without a heartbeat (default 30s)")
 }
 
@@ -86,6 +88,11 @@ func serve(ctx context.Context, e env, f serveFlags, workerOnly bool) int {
 	if f.natsConfig != "" && f.natsURL != "" {
 		return fail(e, "--nats-config configures the embedded server; with --nats there is none (configure that server instead)")
 	}
+	groupCommit, err := chooseGroupCommit(cmp.Or(f.groupCommit, cfg.Server.GroupCommit), f.natsURL == "",
+		cmp.Or(f.syncInterval, cfg.Server.SyncInterval), cmp.Or(f.replicas, cfg.Server.Replicas))
+	if err != nil {
+		return fail(e, "%v", err)
+	}
 	o := stackOptions{
 		cfg:          cfg,
 		natsURL:      f.natsURL,
@@ -95,6 +102,7 @@ func serve(ctx context.Context, e env, f serveFlags, workerOnly bool) int {
 		dataDir:      cmp.Or(f.data, cfg.Server.Data),
 		syncInterval: cmp.Or(f.syncInterval, cfg.Server.SyncInterval),
 		replicas:     cmp.Or(f.replicas, cfg.Server.Replicas),
+		groupCommit:  groupCommit,
 		ackWait:      cmp.Or(f.ackWait, cfg.Server.AckWait.D()),
 		maxDeliver:   cfg.Server.MaxDeliver,
 		crash:        crashHook(os.Getenv(crashEnv), log),
@@ -110,7 +118,7 @@ func serve(ctx context.Context, e env, f serveFlags, workerOnly bool) int {
 		where = s.srv.ClientURL()
 	}
 	log.InfoContext(ctx, "loopgate serving", "nats", where, "embedded", s.srv != nil, "data", o.dataDir,
-		"workers", o.workers, "sync_interval", o.syncInterval, "agents", len(cfg.Agents), "tools", len(cfg.Tools))
+		"workers", o.workers, "sync_interval", o.syncInterval, "group_commit", o.groupCommit, "agents", len(cfg.Agents), "tools", len(cfg.Tools))
 	if !workerOnly {
 		fmt.Fprintf(e.stdout, "loopgate serving on %s (data %s, %d workers); tasks go to loopgate.tasks.<tenant>\n", where, o.dataDir, o.workers)
 	}
@@ -121,4 +129,25 @@ func serve(ctx context.Context, e env, f serveFlags, workerOnly bool) int {
 	}
 	log.Info("stopped")
 	return exitOK
+}
+
+// chooseGroupCommit resolves the group-commit setting ("auto", "on" or
+// "off"; "" is auto). Auto turns it on only where it is known to pay: an
+// embedded server that fsyncs every write, with one replica. There every
+// append is an fsync the stream does one after another, and a batch of
+// many runs' events costs a few (docs/durability.md). With an interval no
+// append waits for the disk and a batch costs more than the appends it
+// saves; a replicated stream already shares fsyncs in its Raft log; and
+// an external server's fsync setting is not visible to a client, so its
+// operator decides.
+func chooseGroupCommit(setting string, embedded bool, syncInterval string, replicas int) (bool, error) {
+	switch setting {
+	case "on":
+		return true, nil
+	case "off":
+		return false, nil
+	case "", "auto":
+		return embedded && cmp.Or(syncInterval, "always") == "always" && replicas <= 1, nil
+	}
+	return false, fmt.Errorf("--group-commit (server.group_commit) %q: want auto, on or off", setting)
 }

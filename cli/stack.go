@@ -33,6 +33,7 @@ type stackOptions struct {
 	dataDir      string // JetStream store (embedded) and tool files (outbox)
 	syncInterval string
 	replicas     int
+	groupCommit  bool // journal.WithGroupCommit
 	ackWait      time.Duration // 0: journal's default
 	maxDeliver   int           // 0: journal's default
 	crash        func(point string)
@@ -118,7 +119,11 @@ func startStack(ctx context.Context, o stackOptions) (_ *stack, err error) {
 		return nil, err
 	}
 	err = untilJetStreamAnswers(ctx, o.log, "open the journal", func(ctx context.Context) (err error) {
-		s.journal, err = journal.New(ctx, s.js)
+		var opts []journal.Option
+		if o.groupCommit {
+			opts = append(opts, journal.WithGroupCommit(0))
+		}
+		s.journal, err = journal.New(ctx, s.js, opts...)
 		return err
 	})
 	if err != nil {

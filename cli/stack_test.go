@@ -139,3 +139,30 @@ func TestWorkerWaitsForNATSToComeUp(t *testing.T) {
 		t.Errorf("the layout was not ensured once connected: %v", err)
 	}
 }
+
+func TestGroupCommitIsOnWhereEveryAppendIsAnFsync(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		setting  string
+		embedded bool
+		sync     string
+		replicas int
+		want     bool
+	}{
+		{"auto", true, "always", 1, true},
+		{"", true, "", 0, true}, // the defaults: embedded, always, one replica
+		{"auto", true, "2m", 1, false},
+		{"auto", true, "always", 3, false},
+		{"auto", false, "always", 1, false}, // an external server's setting is unknown
+		{"on", false, "2m", 3, true},
+		{"off", true, "always", 1, false},
+	} {
+		got, err := chooseGroupCommit(c.setting, c.embedded, c.sync, c.replicas)
+		if err != nil || got != c.want {
+			t.Errorf("chooseGroupCommit(%q, embedded %v, %q, R%d) = %v, %v; want %v", c.setting, c.embedded, c.sync, c.replicas, got, err, c.want)
+		}
+	}
+	if _, err := chooseGroupCommit("yes", true, "always", 1); err == nil || !strings.Contains(err.Error(), "--group-commit") {
+		t.Errorf("a bad setting = %v, want an error naming --group-commit", err)
+	}
+}

@@ -78,6 +78,12 @@ type Server struct {
 	SyncInterval string `json:"sync_interval,omitempty"`
 	// Replicas of the streams and KV buckets loopgate creates. Defaults to 1.
 	Replicas int `json:"replicas,omitempty"`
+	// GroupCommit is whether appends of different runs that wait at the
+	// same time share atomic batches (journal.WithGroupCommit): "auto"
+	// (the default: on with the embedded server at sync_interval always
+	// and one replica, where every append is an fsync; off otherwise),
+	// "on" or "off".
+	GroupCommit string `json:"group_commit,omitempty"`
 	// AckWait is how long a worker may hold a work message without a
 	// heartbeat before JetStream gives it to another worker. Defaults to 30s.
 	AckWait events.Duration `json:"ack_wait,omitempty"`

@@ -241,6 +241,7 @@ func (c *Config) setDefaults() {
 	c.Server.Workers = cmp.Or(c.Server.Workers, 4)
 	c.Server.SyncInterval = cmp.Or(c.Server.SyncInterval, "always")
 	c.Server.Replicas = cmp.Or(c.Server.Replicas, 1)
+	c.Server.GroupCommit = cmp.Or(c.Server.GroupCommit, "auto")
 	c.Intake.MaxTaskBytes = cmp.Or(c.Intake.MaxTaskBytes, 65536)
 	c.Intake.MaxInputBytes = cmp.Or(c.Intake.MaxInputBytes, 16384)
 	c.Policy.ApprovalMaxAge = cmp.Or(c.Policy.ApprovalMaxAge, DefaultApprovalMaxAge)

@@ -108,7 +108,7 @@ func TestLoadAppliesDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantServer := config.Server{
-		Listen: "127.0.0.1:4222", Data: "./loopgate-data", Workers: 4, SyncInterval: "always", Replicas: 1,
+		Listen: "127.0.0.1:4222", Data: "./loopgate-data", Workers: 4, SyncInterval: "always", Replicas: 1, GroupCommit: "auto",
 	}
 	if c.Server != wantServer {
 		t.Errorf("server = %+v, want %+v", c.Server, wantServer)
@@ -126,14 +126,14 @@ func TestLoadAppliesDefaults(t *testing.T) {
 
 func TestLoadKeepsSetValues(t *testing.T) {
 	t.Parallel()
-	given := validYAML + `server: {listen: "0.0.0.0:4333", data: /var/lib/lg, workers: 16, sync_interval: 2m, replicas: 3}
+	given := validYAML + `server: {listen: "0.0.0.0:4333", data: /var/lib/lg, workers: 16, sync_interval: 2m, replicas: 3, group_commit: "off"}
 intake: {max_task_bytes: 1000, max_input_bytes: 500}
 `
 	c, err := config.Load(files(given), "loopgate.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantServer := config.Server{Listen: "0.0.0.0:4333", Data: "/var/lib/lg", Workers: 16, SyncInterval: "2m", Replicas: 3}
+	wantServer := config.Server{Listen: "0.0.0.0:4333", Data: "/var/lib/lg", Workers: 16, SyncInterval: "2m", Replicas: 3, GroupCommit: "off"}
 	if c.Server != wantServer {
 		t.Errorf("server = %+v, want %+v", c.Server, wantServer)
 	}
@@ -223,6 +223,11 @@ func TestLoadRejectsBadConfigNamingTheField(t *testing.T) {
 			name:    "bad sync interval",
 			given:   validYAML + "server: {sync_interval: sometimes}\n",
 			wantErr: "/server/sync_interval: must match the pattern",
+		},
+		{
+			name:    "bad group commit",
+			given:   validYAML + "server: {group_commit: sometimes}\n",
+			wantErr: "/server/group_commit: ",
 		},
 		{
 			name:    "missing version",

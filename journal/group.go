@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -53,7 +54,7 @@ func WithGroupCommit(min int) Option {
 		if min <= 0 {
 			min = DefaultGroupMin
 		}
-		j.group = &group{j: j, min: min, maxEvents: DefaultGroupEvents}
+		j.group = &group{j: j, min: min, maxEvents: DefaultGroupEvents, maxFlights: 1}
 	}
 }
 
@@ -64,6 +65,9 @@ type GroupStats struct {
 	Alone    uint64 // appends that went on their own: too few waiting, or none could share
 	Refused  uint64 // batches the server refused, whose shares were then appended on their own
 	MaxShare uint64 // the most appends one stored batch held
+	// BatchTime is the time from the first message of the stored batches
+	// published to their commits' acknowledgements, summed.
+	BatchTime time.Duration
 }
 
 // GroupStats returns the counts of the journal's group commit (all zero
@@ -74,11 +78,12 @@ func (j *Journal) GroupStats() GroupStats {
 	}
 	g := j.group
 	return GroupStats{
-		Batches:  g.batches.Load(),
-		Events:   g.events.Load(),
-		Alone:    g.alone.Load(),
-		Refused:  g.refused.Load(),
-		MaxShare: g.maxShare.Load(),
+		Batches:   g.batches.Load(),
+		Events:    g.events.Load(),
+		Alone:     g.alone.Load(),
+		Refused:   g.refused.Load(),
+		MaxShare:  g.maxShare.Load(),
+		BatchTime: time.Duration(g.batchTime.Load()),
 	}
 }
 
@@ -88,11 +93,13 @@ type group struct {
 	min       int
 	maxEvents int
 
-	mu     sync.Mutex
-	queue  []*share
-	flying bool // a goroutine is running flights
+	mu         sync.Mutex
+	queue      []*share
+	flights    int // goroutines running flights, at most maxFlights
+	maxFlights int
 
 	batches, events, alone, refused, maxShare atomic.Uint64
+	batchTime                                 atomic.Int64 // nanoseconds
 }
 
 // share is one Append or AppendBatch waiting in a group.
@@ -119,8 +126,8 @@ func (g *group) append(ctx context.Context, last uint64, evs []events.Event, sto
 	s := &share{ctx: ctx, last: last, evs: evs, stored: stored, atomic: atomic, done: make(chan struct{})}
 	g.mu.Lock()
 	g.queue = append(g.queue, s)
-	if !g.flying {
-		g.flying = true
+	if g.flights < g.maxFlights {
+		g.flights++
 		go g.fly()
 	}
 	g.mu.Unlock()
@@ -148,7 +155,7 @@ func (g *group) fly() {
 		g.mu.Lock()
 		flight := g.take()
 		if len(flight) == 0 {
-			g.flying = false
+			g.flights--
 			g.mu.Unlock()
 			return
 		}
@@ -230,7 +237,9 @@ func (g *group) together(flight []*share) {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), g.j.js.Options().DefaultTimeout)
+	t0 := time.Now()
 	seq, err := g.j.publishBatch(ctx, msgs)
+	took := time.Since(t0)
 	cancel()
 	if err != nil {
 		if isAPIError(err, codeBatchDisabled) {
@@ -242,6 +251,7 @@ func (g *group) together(flight []*share) {
 	}
 	g.batches.Add(1)
 	g.events.Add(uint64(len(msgs)))
+	g.batchTime.Add(int64(took))
 	if n := uint64(len(batch)); n > g.maxShare.Load() {
 		g.maxShare.Store(n) // one flight at a time: no race
 	}

@@ -206,6 +206,9 @@ func crashAtEveryPoint(t *testing.T, base string, urls []string, replicas int) {
 			outbox := filepath.Join(data, "outbox")
 			watch := watchOutbox(t, outbox)
 			opts := workerOptions{natsURLs: urls, data: data, logDir: logs, workers: 2, replicas: replicas}
+			if replicas == 1 {
+				opts.groupCommit = "on" // as serve on one server
+			}
 
 			armed := opts
 			armed.name, armed.crashAt = fmt.Sprintf("%02d-armed-%s", i, name), point

@@ -40,7 +40,7 @@ func TestAFrozenWorkerDoesNotWriteLate(t *testing.T) {
 	data := filepath.Join(base, "data")
 	outbox := filepath.Join(data, "outbox")
 	watch := watchOutbox(t, outbox)
-	opts := workerOptions{natsURLs: urls, data: data, logDir: logDir(t), workers: 2, replicas: 1}
+	opts := workerOptions{natsURLs: urls, data: data, logDir: logDir(t), workers: 2, replicas: 1, groupCommit: "on"}
 	taskID := fmt.Sprintf("freeze-%d", time.Now().UnixNano())
 	runID := events.RunID(tenant, taskID)
 

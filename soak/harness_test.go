@@ -5,6 +5,7 @@ package soak
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -385,6 +386,10 @@ type workerOptions struct {
 	workers  int
 	replicas int
 	crashAt  string // LOOPGATE_CRASH_AT; empty: no fault injection
+	// groupCommit is --group-commit. Empty is auto, which for a worker
+	// (an external server) is off; the tests on one server turn it on, as
+	// `loopgate serve` has it on its embedded server.
+	groupCommit string
 }
 
 // startWorker starts a worker process and waits until its pool consumes.
@@ -403,6 +408,7 @@ func startWorker(t testing.TB, o workerOptions) *proc {
 		"--workers", fmt.Sprint(o.workers),
 		"--ack-wait", ackWait,
 		"--replicas", fmt.Sprint(o.replicas),
+		"--group-commit", cmp.Or(o.groupCommit, "auto"),
 		"--log-format", "json",
 	)
 	p.waitReady(t, 60*time.Second)

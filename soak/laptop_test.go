@@ -55,7 +55,7 @@ func TestTheLaptopSurvivesKills(t *testing.T) {
 	}
 	startOther := func() *proc {
 		starts++
-		return startWorker(t, workerOptions{name: fmt.Sprintf("worker-%d", starts), natsURLs: urls, data: data, logDir: logs, workers: workersPerProc, replicas: 1})
+		return startWorker(t, workerOptions{name: fmt.Sprintf("worker-%d", starts), natsURLs: urls, data: data, logDir: logs, workers: workersPerProc, replicas: 1, groupCommit: "on"})
 	}
 	procs := []*proc{startServe(), startOther()}
 	restart := []func() *proc{startServe, startOther}

@@ -37,6 +37,7 @@ type bundle struct {
 	cluster *natstest.Cluster // with options.cluster
 
 	pool      *worker.Pool
+	journal   *journal.Journal // the last pool's (env.Journal unless the options give pools their own)
 	startPool func()
 	newPool   func() *worker.Pool // another pool on the same server, as another process
 }
@@ -65,6 +66,10 @@ type options struct {
 	// batch appends each step's events in atomic batches, as on a
 	// cluster (also set for every test by LOOPGATE_TEST_BATCH=1).
 	batch bool
+	// groupCommit gives each pool a journal with group commit, batching
+	// from this many waiting appends (LOOPGATE_TEST_GROUP=1 sets 2 for
+	// every test).
+	groupCommit int
 
 	// coldJournal gives the pools a journal without a run cache, as a
 	// process that did not write the run: every read goes to the server.
@@ -145,12 +150,23 @@ func setup(t testing.TB, o options) *bundle {
 			}
 			poolJS = js
 		}
-		if o.coldJournal || o.apiTimeout > 0 {
+		// LOOPGATE_TEST_GROUP=1 runs every scenario with group commit, as
+		// `loopgate serve` does on its embedded server, batching from two
+		// waiting appends (a test has few runs at once).
+		group := o.groupCommit
+		if group == 0 && os.Getenv("LOOPGATE_TEST_GROUP") == "1" {
+			group = 2
+		}
+		if o.coldJournal || o.apiTimeout > 0 || group > 0 {
 			cache := journal.DefaultRunCacheBytes
 			if o.coldJournal {
 				cache = 0
 			}
-			j, err := journal.New(t.Context(), poolJS, journal.WithRunCache(cache))
+			opts := []journal.Option{journal.WithRunCache(cache)}
+			if group > 0 {
+				opts = append(opts, journal.WithGroupCommit(group))
+			}
+			j, err := journal.New(t.Context(), poolJS, opts...)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -167,6 +183,7 @@ func setup(t testing.TB, o options) *bundle {
 		if err := pool.Start(t.Context()); err != nil {
 			t.Fatal(err)
 		}
+		b.journal = poolJournal
 		return pool
 	}
 	b.startPool = func() { b.pool = b.newPool() }
