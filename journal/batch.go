@@ -53,6 +53,7 @@ const (
 	codeBatchDisabled    jetstream.ErrorCode = 10174 // AllowAtomicPublish is off
 	codeBatchIncomplete  jetstream.ErrorCode = 10176 // a message of the batch was lost or refused; nothing stored
 	codeBatchDuplicateID jetstream.ErrorCode = 10201 // a Nats-Msg-Id of the batch is already in the stream (or twice in the batch)
+	codeBatchTooLarge    jetstream.ErrorCode = 10199 // more messages than the server's batch max_msgs
 	codeBatchTooManyOpen jetstream.ErrorCode = 10210 // too many batches open on the stream or server
 )
 

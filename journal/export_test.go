@@ -6,17 +6,12 @@ package journal
 func HoldGroup(j *Journal) (queued func() int, release func()) {
 	g := j.group
 	g.mu.Lock()
-	g.flights = g.maxFlights
+	g.flying = true
 	g.mu.Unlock()
 	queued = func() int {
 		g.mu.Lock()
 		defer g.mu.Unlock()
 		return len(g.queue)
 	}
-	return queued, func() {
-		g.mu.Lock()
-		g.flights = 1
-		g.mu.Unlock()
-		go g.fly()
-	}
+	return queued, func() { go g.fly() }
 }

@@ -2,11 +2,15 @@ package journal
 
 import (
 	"context"
+	"errors"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/loopgate/loopgate/events"
 )
@@ -54,7 +58,7 @@ func WithGroupCommit(min int) Option {
 		if min <= 0 {
 			min = DefaultGroupMin
 		}
-		j.group = &group{j: j, min: min, maxEvents: DefaultGroupEvents, maxFlights: 1}
+		j.group = &group{j: j, min: min, maxEvents: DefaultGroupEvents}
 	}
 }
 
@@ -93,10 +97,9 @@ type group struct {
 	min       int
 	maxEvents int
 
-	mu         sync.Mutex
-	queue      []*share
-	flights    int // goroutines running flights, at most maxFlights
-	maxFlights int
+	mu     sync.Mutex
+	queue  []*share
+	flying bool // a goroutine is running flights: one at a time
 
 	batches, events, alone, refused, maxShare atomic.Uint64
 	batchTime                                 atomic.Int64 // nanoseconds
@@ -126,8 +129,8 @@ func (g *group) append(ctx context.Context, last uint64, evs []events.Event, sto
 	s := &share{ctx: ctx, last: last, evs: evs, stored: stored, atomic: atomic, done: make(chan struct{})}
 	g.mu.Lock()
 	g.queue = append(g.queue, s)
-	if g.flights < g.maxFlights {
-		g.flights++
+	if !g.flying {
+		g.flying = true
 		go g.fly()
 	}
 	g.mu.Unlock()
@@ -155,7 +158,7 @@ func (g *group) fly() {
 		g.mu.Lock()
 		flight := g.take()
 		if len(flight) == 0 {
-			g.flights--
+			g.flying = false
 			g.mu.Unlock()
 			return
 		}
@@ -242,8 +245,15 @@ func (g *group) together(flight []*share) {
 	took := time.Since(t0)
 	cancel()
 	if err != nil {
-		if isAPIError(err, codeBatchDisabled) {
+		switch {
+		case isAPIError(err, codeBatchDisabled):
 			g.j.atomic.Store(false)
+		case isAPIError(err, codeBatchTooLarge):
+			// The server's jetstream { limits { batch { max_msgs } } } is
+			// below maxEvents: ask for no more than it takes from now on.
+			g.mu.Lock()
+			g.maxEvents = batchLimit(err, min(g.maxEvents, len(msgs))/2)
+			g.mu.Unlock()
 		}
 		g.refused.Add(1)
 		g.each(flight)
@@ -263,6 +273,20 @@ func (g *group) together(flight []*share) {
 		close(s.done)
 	}
 	g.each(alone)
+}
+
+// batchLimit is the most messages a batch may hold according to a
+// server's "batch is too large: <max>" error, or otherwise guess (at least
+// 2 either way).
+func batchLimit(err error, guess int) int {
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) {
+		_, after, _ := strings.Cut(apiErr.Description, ": ")
+		if n, perr := strconv.Atoi(strings.TrimSpace(after)); perr == nil {
+			guess = n
+		}
+	}
+	return max(guess, 2)
 }
 
 // deleteShare removes s from q.

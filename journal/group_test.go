@@ -278,3 +278,34 @@ func TestGroupCommitCancelledWhileQueuedStoresNothing(t *testing.T) {
 		t.Fatalf("Last of the cancelled run = %v, %v; want nothing stored", ok, err)
 	}
 }
+
+func TestGroupCommitAsksLessOfAServerThatTakesSmallerBatches(t *testing.T) {
+	t.Parallel()
+	env := natstest.StartWith(t, natstest.Options{BatchMaxMsgs: 4})
+	j := groupJournal(t, env, 2)
+	round := func(name string, n int) []*groupAppend {
+		var appends []*groupAppend
+		for i := range n {
+			appends = append(appends, &groupAppend{evs: trail("acme", fmt.Sprintf("%s-%d", name, i), 1, 1)})
+		}
+		flyTogether(t, j, appends)
+		for _, a := range appends {
+			if a.err != nil {
+				t.Fatalf("append of %s: %v", a.evs[0].RunID, a.err)
+			}
+			wantRun(t, j, "acme", a.evs[0].RunID, a.evs, a.seq)
+		}
+		return appends
+	}
+	// Ten waiting appends: the server refuses the batch of ten; they are
+	// appended one by one, and the group learns to ask for less.
+	round("first", 10)
+	if st := j.GroupStats(); st.Refused != 1 || st.Alone != 10 {
+		t.Fatalf("group stats = %+v, want one batch refused and ten appends alone", st)
+	}
+	// Next time the flights are small enough.
+	round("second", 10)
+	if st := j.GroupStats(); st.Refused != 1 || st.Batches == 0 || st.MaxShare != 4 {
+		t.Fatalf("group stats = %+v, want batches of at most 4 and no more refusals", st)
+	}
+}

@@ -45,6 +45,9 @@ type Options struct {
 	// disk (max_file_store), for tests of a full store. Defaults to 0: the
 	// server's own limit.
 	MaxFileStore int64
+	// BatchMaxMsgs caps the messages of one atomic batch (jetstream {
+	// limits { batch { max_msgs } } }). Defaults to 0: the server's 1000.
+	BatchMaxMsgs int
 }
 
 // Start starts a server on a random port with StoreDir t.TempDir(),
@@ -89,9 +92,16 @@ func (env *Env) start(t testing.TB) {
 		SyncInterval: env.opts.SyncInterval,
 		Logger:       env.opts.Logger,
 	}
+	var limits []byte
 	if n := env.opts.MaxFileStore; n > 0 {
+		limits = fmt.Appendf(limits, "jetstream { max_file_store: %d }\n", n)
+	}
+	if n := env.opts.BatchMaxMsgs; n > 0 {
+		limits = fmt.Appendf(limits, "jetstream { limits { batch { max_msgs: %d } } }\n", n)
+	}
+	if len(limits) > 0 {
 		cfg.ConfigFile = filepath.Join(t.TempDir(), "limits.conf")
-		if err := os.WriteFile(cfg.ConfigFile, fmt.Appendf(nil, "jetstream { max_file_store: %d }\n", n), 0o600); err != nil {
+		if err := os.WriteFile(cfg.ConfigFile, limits, 0o600); err != nil {
 			t.Fatalf("natstest: %v", err)
 		}
 	}
