@@ -33,7 +33,7 @@ type stackOptions struct {
 	dataDir      string // JetStream store (embedded) and tool files (outbox)
 	syncInterval string
 	replicas     int
-	groupCommit  bool // journal.WithGroupCommit
+	groupCommit  bool          // journal.WithGroupCommit
 	ackWait      time.Duration // 0: journal's default
 	maxDeliver   int           // 0: journal's default
 	crash        func(point string)
