@@ -286,6 +286,10 @@ func TestServeRunsTasksFromAPlainNATSClientAndKeepsEventsAcrossRestart(t *testin
 	t.Parallel()
 	data := t.TempDir()
 	srv := startServe(t, data)
+	// The embedded server fsyncs every write, so appends share batches.
+	if logs := srv.stderr.String(); !strings.Contains(logs, `"group_commit":true`) {
+		t.Errorf("serve on its embedded server (sync always) did not turn group commit on:\n%s", logs)
+	}
 	nc, err := nats.Connect(srv.url)
 	if err != nil {
 		t.Fatal(err)
