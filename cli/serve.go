@@ -127,6 +127,12 @@ func serve(ctx context.Context, e env, f serveFlags, workerOnly bool) int {
 	if err := s.close(context.Background()); err != nil {
 		log.Warn("shutdown", "err", err)
 	}
+	if o.groupCommit {
+		// What group commit did, for an operator weighing the setting.
+		g := s.journal.GroupStats()
+		log.Info("group commit", "batches", g.Batches, "events_in_batches", g.Events, "appends_alone", g.Alone,
+			"batches_refused", g.Refused, "largest_batch_appends", g.MaxShare, "batch_time", g.BatchTime)
+	}
 	log.Info("stopped")
 	return exitOK
 }
