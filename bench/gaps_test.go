@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +15,10 @@ import (
 	"github.com/loopgate/loopgate/events"
 	"github.com/loopgate/loopgate/journal"
 )
+
+// moreConc are concurrencies measured besides concurrencies, on one
+// server with one pool (-lg.conc=256,512): how far more runs in flight go.
+var moreConc = concList("lg.conc", "BenchmarkLoopgate: more concurrencies (comma-separated) for the raw and one-pool happy-path lines on one server")
 
 var printGaps = flag.Bool("lg.gaps", false, "BenchmarkLoopgate: print, for each happy-path line, where a run's wall-clock time goes (the time between consecutive events, by transition)")
 
@@ -117,4 +122,21 @@ func printRunGaps(name string, byRun map[string][]events.Event, measured map[str
 		fmt.Fprintf(&sb, "  %-42s %8.1f %10v %10v\n", k, float64(g.n)/float64(runs), per(g.sum, g.n), per(g.sum, runs))
 	}
 	fmt.Print(sb.String())
+}
+
+// concList defines a flag holding a comma-separated list of positive
+// integers.
+func concList(name, usage string) *[]int {
+	var list []int
+	flag.Func(name, usage, func(v string) error {
+		for f := range strings.SplitSeq(v, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n < 1 {
+				return fmt.Errorf("%q: want a positive integer", f)
+			}
+			list = append(list, n)
+		}
+		return nil
+	})
+	return &list
 }

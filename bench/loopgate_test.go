@@ -49,6 +49,7 @@ import (
 	"os"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -216,8 +217,9 @@ func BenchmarkLoopgate(b *testing.B) {
 			// Group commit as `loopgate serve` sets it: on where every
 			// append is an fsync.
 			srv.groupCommit = s == "always" && os.Getenv("LOOPGATE_BENCH_GROUP") != "0"
+			srv.stageEvents = srv.groupCommit && os.Getenv("LOOPGATE_BENCH_STAGE") != "0"
 			raw := map[int]float64{}
-			for _, conc := range concurrencies {
+			for _, conc := range slices.Concat(concurrencies, *moreConc) {
 				b.Run(fmt.Sprintf("raw/conc=%d", conc), func(b *testing.B) {
 					r := benchRawAppends(b, env.Journal, conc)
 					r.sync = s
@@ -229,7 +231,7 @@ func BenchmarkLoopgate(b *testing.B) {
 			// the stream stores when appends of different runs that wait
 			// at once share atomic batches. Not the goal's denominator
 			// (raw/conc=C is), but the limit a pool with group commit has.
-			for _, conc := range concurrencies {
+			for _, conc := range slices.Concat(concurrencies, *moreConc) {
 				b.Run(fmt.Sprintf("raw,group-commit/conc=%d", conc), func(b *testing.B) {
 					j, err := journal.New(b.Context(), env.JS, journal.WithGroupCommit(0))
 					if err != nil {
@@ -262,6 +264,11 @@ func BenchmarkLoopgate(b *testing.B) {
 			}
 			for _, v := range lgTmpfsVariants {
 				happyPath(v, concurrencies[len(concurrencies)-1], 1)
+			}
+			for _, conc := range *moreConc {
+				for _, v := range slices.Concat(lgVariants, lgTmpfsVariants) {
+					happyPath(v, conc, 1)
+				}
 			}
 			// Durable throughput where appends share fsyncs: three servers
 			// in this process, loopgate's streams and buckets at three
@@ -331,6 +338,9 @@ type lgServer struct {
 	// groupCommit opens the pools' journals with journal.WithGroupCommit,
 	// as `loopgate serve` does on its embedded server with sync always.
 	groupCommit bool
+	// stageEvents is worker.Config.StageEvents, on with group commit as
+	// `loopgate serve` has it.
+	stageEvents bool
 }
 
 // eventsPerBatch is the mean size of the batches group commit stored.
@@ -371,7 +381,9 @@ func subGroupStats(after, before journal.GroupStats) journal.GroupStats {
 // journalOptions are the options of the pools' journals on srv.
 func (srv *lgServer) journalOptions() []journal.Option {
 	if srv.groupCommit {
-		return []journal.Option{journal.WithGroupCommit(0)}
+		// LOOPGATE_BENCH_GROUP_MIN overrides journal.DefaultGroupMin.
+		min, _ := strconv.Atoi(os.Getenv("LOOPGATE_BENCH_GROUP_MIN"))
+		return []journal.Option{journal.WithGroupCommit(min)}
 	}
 	return nil
 }
@@ -599,7 +611,7 @@ func startLGPools(b *testing.B, srv *lgServer, cfg *config.Config, outbox func(*
 			b.Fatal(err)
 		}
 		p, err := worker.New(worker.Deps{JS: js, Journal: j, App: cfg, Registry: reg},
-			&worker.Config{Workers: workers, Logger: slog.New(slog.DiscardHandler), BatchEvents: srv.batchEvents})
+			&worker.Config{Workers: workers, Logger: slog.New(slog.DiscardHandler), BatchEvents: srv.batchEvents, StageEvents: srv.stageEvents})
 		if err != nil {
 			stop()
 			b.Fatal(err)

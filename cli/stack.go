@@ -151,7 +151,10 @@ func startStack(ctx context.Context, o stackOptions) (_ *stack, err error) {
 	s.pool, err = worker.New(worker.Deps{JS: s.js, Journal: s.journal, App: o.cfg, Registry: reg, Models: models}, &worker.Config{Workers: o.workers, Logger: o.log, Crash: o.crash,
 		// Batching a step's events pays on replicated streams only (one
 		// Raft proposal); on one server it costs more (docs/durability.md).
-		BatchEvents: o.replicas > 1})
+		BatchEvents: o.replicas > 1,
+		// With group commit a step's events, appended together, share a
+		// batch with other runs' under load.
+		StageEvents: o.groupCommit})
 	if err != nil {
 		return nil, err
 	}

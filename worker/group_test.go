@@ -3,6 +3,7 @@ package worker_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -80,5 +81,55 @@ func TestGroupCommitKeepsEveryRunExact(t *testing.T) {
 	}
 	if st.Refused != 0 {
 		t.Errorf("group stats = %+v: a batch was refused", st)
+	}
+}
+
+// With group commit a pool stages each step's events and makes them
+// durable with one Append when the step ends (the next action outside the
+// run), so under load they ride in one share of a batch. The crash points
+// show it: every event of a step passes its "before" point before any
+// passes its "after" point, and the executing event is durable before the
+// tool runs (the write-ahead rule).
+func TestGroupCommitStagesEachStep(t *testing.T) {
+	t.Parallel()
+	var (
+		mu     sync.Mutex
+		points []string
+	)
+	record := func(p string) {
+		mu.Lock()
+		defer mu.Unlock()
+		points = append(points, p)
+	}
+	var writes atomic.Int32
+	m, fns := ungated("create_ticket", &writes, func(ctx context.Context, c tools.Call) (any, error) {
+		record("tool")
+		return map[string]string{"ticket": "T-1"}, nil
+	})
+	b := setup(t, options{
+		tools: []tools.Manifest{m}, builtins: fns, roles: writerRoles("create_ticket"),
+		agents: map[string]config.Profile{"ticketer": profile("create_ticket")},
+		scripts: map[string]model.Model{"ticketer": scripted(t,
+			`{"tool_calls":[{"tool":"create_ticket","args":{"n":1}}]}`,
+			`{"final_answer":{"summary":"one ticket"}}`)},
+		crash:       record,
+		groupCommit: 2,
+	})
+	evs := b.waitEnd(b.submit(task("staged-1", "ticketer")))
+	assertTrail(t, evs, concat([]string{"started"}, okStep("create_ticket"), []string{"proposed:final", "finished:done"}))
+	mu.Lock()
+	got := strings.Join(points, " ")
+	mu.Unlock()
+	// The step up to its write-ahead record, in one append.
+	step := "before:proposed before:validated before:executing after:proposed after:validated after:executing"
+	if !strings.Contains(got, step) {
+		t.Fatalf("crash points:\n %s\nwant the step staged and appended together:\n %s", got, step)
+	}
+	if i, j := strings.Index(got, "after:executing"), strings.Index(got, "tool"); i < 0 || j < i {
+		t.Fatalf("crash points:\n %s\nwant executing durable before the tool ran", got)
+	}
+	end := "before:executed before:observed after:executed after:observed"
+	if !strings.Contains(got, end) {
+		t.Fatalf("crash points:\n %s\nwant the outcome staged and appended together:\n %s", got, end)
 	}
 }

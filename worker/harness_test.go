@@ -67,8 +67,9 @@ type options struct {
 	// cluster (also set for every test by LOOPGATE_TEST_BATCH=1).
 	batch bool
 	// groupCommit gives each pool a journal with group commit, batching
-	// from this many waiting appends (LOOPGATE_TEST_GROUP=1 sets 2 for
-	// every test).
+	// from this many waiting appends, and stages each step's events
+	// (StageEvents), as serve does (LOOPGATE_TEST_GROUP=1 sets 2 for every
+	// test).
 	groupCommit int
 
 	// coldJournal gives the pools a journal without a run cache, as a
@@ -176,7 +177,9 @@ func setup(t testing.TB, o options) *bundle {
 			&worker.Config{Workers: cmp.Or(o.workers, 2), Logger: log, TransientBackoff: 10 * time.Millisecond, Crash: o.crash, RetryDelay: o.retry,
 				// LOOPGATE_TEST_BATCH=1 runs every scenario with a step's
 				// events appended in atomic batches, as on a cluster.
-				BatchEvents: o.batch || os.Getenv("LOOPGATE_TEST_BATCH") == "1"})
+				BatchEvents: o.batch || os.Getenv("LOOPGATE_TEST_BATCH") == "1",
+				// With group commit, as serve has it: a step's events in one Append.
+				StageEvents: group > 0})
 		if err != nil {
 			t.Fatal(err)
 		}

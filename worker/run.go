@@ -31,7 +31,8 @@ type run struct {
 	specs    []tools.Spec
 	offered  []string // tool names the model is shown, sorted
 	deadline time.Time
-	batch    bool           // stage events and append each step's in one atomic batch
+	batch    bool           // stage events and append each step's in one append
+	atomic   bool           // ...in one atomic batch (AppendBatch), not one Append
 	staged   []events.Event // appended to state, not yet durable
 	// fresh holds the calls this worker validated itself: only their
 	// arguments are known in full. A call whose stored arguments were
@@ -124,8 +125,9 @@ func (r *run) append(ctx context.Context, typ events.Type, step int, callID, too
 	return r.st.Apply(&e)
 }
 
-// flush makes the staged events durable in one atomic batch: all of them
-// or none. It is a no-op without batching.
+// flush makes the staged events durable: in one atomic batch, all of them
+// or none (BatchEvents), or in one Append, in order (StageEvents). It is a
+// no-op without staging.
 func (r *run) flush(ctx context.Context) error {
 	if len(r.staged) == 0 {
 		return nil
@@ -135,6 +137,10 @@ func (r *run) flush(ctx context.Context) error {
 	}
 	var last uint64
 	err := r.storePatiently(ctx, func() (err error) {
+		if !r.atomic {
+			last, err = r.p.journal.Append(ctx, r.last, r.staged...)
+			return err
+		}
 		last, err = r.p.journal.AppendBatch(ctx, r.last, r.staged...)
 		if errors.Is(err, journal.ErrBatchRefused) {
 			// Nothing was stored: the stream had too many batches open
