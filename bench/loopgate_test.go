@@ -1185,7 +1185,7 @@ func (t *lgTable) String() string {
 	}
 	_ = w.Flush()
 	fmt.Fprintln(&sb, "x raw: events/s over the raw conditional appends/s at the same concurrency, same server, same setting (goal ≥ 0.50 at conc=64).")
-	fmt.Fprintln(&sb, "x raw max: events/run over writes/run, the x raw a line would reach if loopgate's own work cost nothing and each message it stores cost one raw append (its reads not counted): the most its writes allow.")
+	fmt.Fprintln(&sb, "x raw max: events/run over writes/run, the x raw a line would reach if loopgate's own work cost nothing and each message it stores cost one raw append (its reads not counted): the most its writes allow when each is stored on its own (group commit stores many events per fsync and can pass it).")
 	fmt.Fprintln(&sb, "group commit: the pools' journals (or the raw writers') shared atomic batches between runs (journal.WithGroupCommit), as loopgate serve does with sync always; events/batch is the mean.")
 	fmt.Fprintln(&sb, "B/active-run: heap in use (after a GC) with the runs in flight minus with the pool idle, per run in flight (server in a child process).")
 	keys := make([]string, 0, len(t.census))
