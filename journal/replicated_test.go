@@ -86,3 +86,52 @@ func TestReplicatedAppends(t *testing.T) {
 		}
 	})
 }
+
+// Group commit on a replicated stream (an operator's --group-commit on
+// with --replicas 3): waiting runs share a batch, and a stale share makes
+// the batch fall back to single appends with the same outcomes as on one
+// server.
+func TestGroupCommitOnAReplicatedStream(t *testing.T) {
+	t.Parallel()
+	c := natstest.StartCluster(t)
+	j, err := journal.New(t.Context(), c.JS, journal.WithGroupCommit(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var appends []*groupAppend
+	for i := range 8 {
+		appends = append(appends, &groupAppend{evs: trail("acme", fmt.Sprintf("r3-%d", i), 1, 3), atomic: i%2 == 0})
+	}
+	flyTogether(t, j, appends)
+	for _, a := range appends {
+		if a.err != nil {
+			t.Fatalf("append of %s: %v", a.evs[0].RunID, a.err)
+		}
+		wantRun(t, j, "acme", a.evs[0].RunID, a.evs, a.seq)
+	}
+	if st := j.GroupStats(); st.Batches != 1 || st.MaxShare != 8 || st.Refused != 0 {
+		t.Fatalf("group stats = %+v, want one batch of the 8 runs", st)
+	}
+
+	// Next steps of four runs, one of them from a writer that missed an
+	// event: it conflicts, the other three land.
+	moved := appends[0].evs[0].RunID
+	stale := appends[0].seq
+	mustAppend(t, j, stale, ev("acme", moved, 4, events.TypeProposed))
+	next := []*groupAppend{{last: stale, evs: trail("acme", moved, 4, 4)}}
+	for _, a := range appends[1:4] {
+		next = append(next, &groupAppend{last: a.seq, evs: trail("acme", a.evs[0].RunID, 4, 5)})
+	}
+	flyTogether(t, j, next)
+	if !errors.Is(next[0].err, journal.ErrConflict) {
+		t.Fatalf("stale share = %v, want a conflict", next[0].err)
+	}
+	for _, a := range next[1:] {
+		if a.err != nil {
+			t.Fatalf("append of %s: %v", a.evs[0].RunID, a.err)
+		}
+	}
+	if st := j.GroupStats(); st.Refused != 1 {
+		t.Fatalf("group stats = %+v, want the second batch refused", st)
+	}
+}
