@@ -406,6 +406,9 @@ func inCluster(c *natstest.Cluster) *lgServer {
 		},
 		js:          c.JS,
 		batchEvents: os.Getenv("LOOPGATE_BENCH_R3_BATCH") != "0",
+		// Off, as serve's auto has it on a replicated stream;
+		// LOOPGATE_BENCH_R3_GROUP=1 measures it on.
+		groupCommit: os.Getenv("LOOPGATE_BENCH_R3_GROUP") == "1",
 	}
 }
 
