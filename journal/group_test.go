@@ -59,6 +59,28 @@ func flyTogether(t *testing.T, j *journal.Journal, appends []*groupAppend) {
 	wg.Wait()
 }
 
+// newRuns makes n appends, each of events 1..size of a new run
+// <prefix>-<i>.
+func newRuns(prefix string, n int, size uint64) []*groupAppend {
+	var appends []*groupAppend
+	for i := range n {
+		appends = append(appends, &groupAppend{evs: trail("acme", fmt.Sprintf("%s-%d", prefix, i), 1, size)})
+	}
+	return appends
+}
+
+// wantLanded checks that every append of a new run succeeded and that the
+// run holds exactly its events, ending at the seq it returned.
+func wantLanded(t *testing.T, j *journal.Journal, appends []*groupAppend) {
+	t.Helper()
+	for _, a := range appends {
+		if a.err != nil {
+			t.Fatalf("append of %s: %v", a.evs[0].RunID, a.err)
+		}
+		wantRun(t, j, "acme", a.evs[0].RunID, a.evs, a.seq)
+	}
+}
+
 func TestGroupCommitStoresWaitingRunsInOneBatch(t *testing.T) {
 	t.Parallel()
 	env := natstest.Start(t)
@@ -66,10 +88,7 @@ func TestGroupCommitStoresWaitingRunsInOneBatch(t *testing.T) {
 	// A run with history, extended by a step of three events all or none.
 	old := trail("acme", "old", 1, 2)
 	oldLast := mustAppend(t, env.Journal, 0, old...)
-	var appends []*groupAppend
-	for i := range 8 {
-		appends = append(appends, &groupAppend{evs: []events.Event{ev("acme", fmt.Sprintf("run-%d", i), 1, events.TypeStarted)}})
-	}
+	appends := newRuns("run", 8, 1)
 	step := trail("acme", "old", 3, 5)
 	appends = append(appends, &groupAppend{last: oldLast, evs: step, atomic: true})
 	n0, _ := streamMsgs(t, env)
@@ -129,10 +148,7 @@ func TestGroupCommitAStaleRunFailsAloneAndTheOthersLand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var appends []*groupAppend
-	for i := range 5 {
-		appends = append(appends, &groupAppend{evs: []events.Event{ev("acme", fmt.Sprintf("run-%d", i), 1, events.TypeStarted)}})
-	}
+	appends := newRuns("run", 5, 1)
 	// A writer that still believes "moved" ends at s1.
 	stale := &groupAppend{last: s1, evs: trail("acme", "moved", 2, 3), atomic: true}
 	appends = append(appends, stale)
@@ -144,12 +160,7 @@ func TestGroupCommitAStaleRunFailsAloneAndTheOthersLand(t *testing.T) {
 	if !errors.As(stale.err, &ce) || ce.RunID != "moved" || ce.Expected != s1 || stale.seq != s1 {
 		t.Fatalf("stale append = %d, %v; want a conflict after %d", stale.seq, stale.err, s1)
 	}
-	for _, a := range appends[:5] {
-		if a.err != nil {
-			t.Fatalf("append of %s: %v", a.evs[0].RunID, a.err)
-		}
-		wantRun(t, j, "acme", a.evs[0].RunID, a.evs, a.seq)
-	}
+	wantLanded(t, j, appends[:5])
 	if st := j.GroupStats(); st.Refused != 1 || st.Batches != 0 || st.Alone != 6 {
 		t.Fatalf("group stats = %+v, want the batch refused and its 6 appends made alone", st)
 	}
@@ -163,9 +174,9 @@ func TestGroupCommitRetriedAppendsAreStoredOnce(t *testing.T) {
 	t.Parallel()
 	env := natstest.Start(t)
 	j := groupJournal(t, env, 2)
-	var first []*groupAppend
-	for i := range 4 {
-		first = append(first, &groupAppend{evs: trail("acme", fmt.Sprintf("run-%d", i), 1, 2), atomic: i%2 == 0})
+	first := newRuns("run", 4, 2)
+	for i, a := range first {
+		a.atomic = i%2 == 0
 	}
 	flyTogether(t, j, first)
 	n0, _ := streamMsgs(t, env)
@@ -213,11 +224,9 @@ func TestGroupCommitNeverBatchesTwoWritersOfOneRun(t *testing.T) {
 	// must put the second writer in a later flight, where it loses.
 	a := &groupAppend{last: last, evs: []events.Event{ev("acme", "contested", 2, events.TypeProposed)}}
 	b := &groupAppend{last: last, evs: []events.Event{ev("acme", "contested", 2, events.TypeFinished)}}
-	appends := []*groupAppend{a, b}
-	for i := range 3 {
-		appends = append(appends, &groupAppend{evs: trail("acme", fmt.Sprintf("run-%d", i), 1, 1)})
-	}
-	flyTogether(t, j, appends)
+	others := newRuns("run", 3, 1)
+	flyTogether(t, j, append([]*groupAppend{a, b}, others...))
+	wantLanded(t, j, others)
 
 	winner, loser := a, b
 	if a.err != nil {
@@ -236,17 +245,9 @@ func TestGroupCommitBelowTheMinimumAppendsAlone(t *testing.T) {
 	t.Parallel()
 	env := natstest.Start(t)
 	j := groupJournal(t, env, 8)
-	var appends []*groupAppend
-	for i := range 3 {
-		appends = append(appends, &groupAppend{evs: trail("acme", fmt.Sprintf("run-%d", i), 1, 2)})
-	}
+	appends := newRuns("run", 3, 2)
 	flyTogether(t, j, appends)
-	for _, a := range appends {
-		if a.err != nil {
-			t.Fatal(a.err)
-		}
-		wantRun(t, j, "acme", a.evs[0].RunID, a.evs, a.seq)
-	}
+	wantLanded(t, j, appends)
 	if st := j.GroupStats(); st.Batches != 0 || st.Alone != 3 {
 		t.Fatalf("group stats = %+v, want 3 appends alone and no batch", st)
 	}
@@ -283,19 +284,10 @@ func TestGroupCommitAsksLessOfAServerThatTakesSmallerBatches(t *testing.T) {
 	t.Parallel()
 	env := natstest.StartWith(t, natstest.Options{BatchMaxMsgs: 4})
 	j := groupJournal(t, env, 2)
-	round := func(name string, n int) []*groupAppend {
-		var appends []*groupAppend
-		for i := range n {
-			appends = append(appends, &groupAppend{evs: trail("acme", fmt.Sprintf("%s-%d", name, i), 1, 1)})
-		}
+	round := func(name string, n int) {
+		appends := newRuns(name, n, 1)
 		flyTogether(t, j, appends)
-		for _, a := range appends {
-			if a.err != nil {
-				t.Fatalf("append of %s: %v", a.evs[0].RunID, a.err)
-			}
-			wantRun(t, j, "acme", a.evs[0].RunID, a.evs, a.seq)
-		}
-		return appends
+		wantLanded(t, j, appends)
 	}
 	// Ten waiting appends: the server refuses the batch of ten; they are
 	// appended one by one, and the group learns to ask for less.

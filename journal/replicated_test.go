@@ -98,17 +98,12 @@ func TestGroupCommitOnAReplicatedStream(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var appends []*groupAppend
-	for i := range 8 {
-		appends = append(appends, &groupAppend{evs: trail("acme", fmt.Sprintf("r3-%d", i), 1, 3), atomic: i%2 == 0})
+	appends := newRuns("r3", 8, 3)
+	for i, a := range appends {
+		a.atomic = i%2 == 0
 	}
 	flyTogether(t, j, appends)
-	for _, a := range appends {
-		if a.err != nil {
-			t.Fatalf("append of %s: %v", a.evs[0].RunID, a.err)
-		}
-		wantRun(t, j, "acme", a.evs[0].RunID, a.evs, a.seq)
-	}
+	wantLanded(t, j, appends)
 	if st := j.GroupStats(); st.Batches != 1 || st.MaxShare != 8 || st.Refused != 0 {
 		t.Fatalf("group stats = %+v, want one batch of the 8 runs", st)
 	}
