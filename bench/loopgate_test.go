@@ -214,10 +214,8 @@ func BenchmarkLoopgate(b *testing.B) {
 			// redelivered to another worker.
 			env := natstest.StartWith(b, natstest.Options{SyncInterval: s, Layout: journal.Layout{AckWait: 30 * time.Second}})
 			srv := inProcess(env)
-			// Group commit as `loopgate serve` sets it: on where every
-			// append is an fsync.
-			srv.groupCommit = s == "always" && os.Getenv("LOOPGATE_BENCH_GROUP") != "0"
-			srv.stageEvents = srv.groupCommit && os.Getenv("LOOPGATE_BENCH_STAGE") != "0"
+			srv.groupCommit = groupCommitFor(s)
+			srv.stageEvents = stageWith(srv.groupCommit)
 			raw := map[int]float64{}
 			for _, conc := range slices.Concat(concurrencies, *moreConc) {
 				b.Run(fmt.Sprintf("raw/conc=%d", conc), func(b *testing.B) {
@@ -378,6 +376,20 @@ func subGroupStats(after, before journal.GroupStats) journal.GroupStats {
 		BatchTime: after.BatchTime - before.BatchTime}
 }
 
+// groupCommitFor is whether the pools on one server with the given fsync
+// setting use group commit and staged steps, as `loopgate serve` sets them:
+// on where every append is an fsync. LOOPGATE_BENCH_GROUP=0 turns both
+// off, LOOPGATE_BENCH_STAGE=0 staging alone.
+func groupCommitFor(syncInterval string) bool {
+	return syncInterval == "always" && os.Getenv("LOOPGATE_BENCH_GROUP") != "0"
+}
+
+// stageWith is worker.Config.StageEvents for pools with or without group
+// commit: on with it, as in `loopgate serve`.
+func stageWith(groupCommit bool) bool {
+	return groupCommit && os.Getenv("LOOPGATE_BENCH_STAGE") != "0"
+}
+
 // journalOptions are the options of the pools' journals on srv.
 func (srv *lgServer) journalOptions() []journal.Option {
 	if srv.groupCommit {
@@ -436,7 +448,8 @@ func startChildServer(b *testing.B, interval string) *lgServer {
 	if err := journal.Ensure(b.Context(), js, journal.Layout{AckWait: 30 * time.Second}); err != nil {
 		b.Fatal(err)
 	}
-	return &lgServer{where: "child process (TCP)", connect: connect, js: js}
+	group := groupCommitFor(interval)
+	return &lgServer{where: "child process (TCP)", connect: connect, js: js, groupCommit: group, stageEvents: stageWith(group)}
 }
 
 // benchHappyPath measures one configuration: warm-up, then b.N rounds of
