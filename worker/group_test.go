@@ -34,6 +34,20 @@ func (b *barrier) wait(ctx context.Context) {
 	}
 }
 
+// oneTicket is a pool with group commit (batching from two waiting
+// appends) whose agent "ticketer" calls the write tool m once, then
+// answers.
+func oneTicket(t *testing.T, m tools.Manifest, fns tools.Builtins) options {
+	return options{
+		tools: []tools.Manifest{m}, builtins: fns, roles: writerRoles("create_ticket"),
+		agents: map[string]config.Profile{"ticketer": profile("create_ticket")},
+		scripts: map[string]model.Model{"ticketer": scripted(t,
+			`{"tool_calls":[{"tool":"create_ticket","args":{"n":1}}]}`,
+			`{"final_answer":{"summary":"one ticket"}}`)},
+		groupCommit: 2,
+	}
+}
+
 // With group commit, the events of runs that append at the same moment are
 // stored in shared atomic batches. Sixteen runs of a write tool are held in
 // the tool until all sixteen are there, then released together, so their
@@ -49,15 +63,9 @@ func TestGroupCommitKeepsEveryRunExact(t *testing.T) {
 		together.wait(ctx)
 		return map[string]string{"ticket": "T-" + c.OperationID[:8]}, nil
 	})
-	b := setup(t, options{
-		tools: []tools.Manifest{m}, builtins: fns, roles: writerRoles("create_ticket"),
-		agents: map[string]config.Profile{"ticketer": profile("create_ticket")},
-		scripts: map[string]model.Model{"ticketer": scripted(t,
-			`{"tool_calls":[{"tool":"create_ticket","args":{"n":1}}]}`,
-			`{"final_answer":{"summary":"one ticket"}}`)},
-		workers:     runs,
-		groupCommit: 2,
-	})
+	o := oneTicket(t, m, fns)
+	o.workers = runs
+	b := setup(t, o)
 	var ids []string
 	for i := range runs {
 		ids = append(ids, b.submit(task(fmt.Sprintf("group-%d", i), "ticketer")))
@@ -106,15 +114,9 @@ func TestGroupCommitStagesEachStep(t *testing.T) {
 		record("tool")
 		return map[string]string{"ticket": "T-1"}, nil
 	})
-	b := setup(t, options{
-		tools: []tools.Manifest{m}, builtins: fns, roles: writerRoles("create_ticket"),
-		agents: map[string]config.Profile{"ticketer": profile("create_ticket")},
-		scripts: map[string]model.Model{"ticketer": scripted(t,
-			`{"tool_calls":[{"tool":"create_ticket","args":{"n":1}}]}`,
-			`{"final_answer":{"summary":"one ticket"}}`)},
-		crash:       record,
-		groupCommit: 2,
-	})
+	o := oneTicket(t, m, fns)
+	o.crash = record
+	b := setup(t, o)
 	evs := b.waitEnd(b.submit(task("staged-1", "ticketer")))
 	assertTrail(t, evs, concat([]string{"started"}, okStep("create_ticket"), []string{"proposed:final", "finished:done"}))
 	mu.Lock()
