@@ -394,8 +394,8 @@ func stageWith(groupCommit bool) bool {
 func (srv *lgServer) journalOptions() []journal.Option {
 	if srv.groupCommit {
 		// LOOPGATE_BENCH_GROUP_MIN overrides journal.DefaultGroupMin.
-		min, _ := strconv.Atoi(os.Getenv("LOOPGATE_BENCH_GROUP_MIN"))
-		return []journal.Option{journal.WithGroupCommit(min)}
+		least, _ := strconv.Atoi(os.Getenv("LOOPGATE_BENCH_GROUP_MIN"))
+		return []journal.Option{journal.WithGroupCommit(least)}
 	}
 	return nil
 }

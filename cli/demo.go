@@ -72,7 +72,8 @@ func runDemo(ctx context.Context, e env, args []string) int {
 	if !*keep {
 		defer os.RemoveAll(dir)
 	}
-	s, err := startStack(ctx, stackOptions{cfg: cfg, dataDir: dir, workers: 2, log: log, syncInterval: "always", groupCommit: true})
+	groupCommit, _ := chooseGroupCommit("auto", true, "always", 1) // as serve on its embedded server
+	s, err := startStack(ctx, stackOptions{cfg: cfg, dataDir: dir, workers: 2, log: log, syncInterval: "always", groupCommit: groupCommit})
 	if err != nil {
 		return fail(e, "%v", err)
 	}

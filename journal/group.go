@@ -46,19 +46,19 @@ const (
 )
 
 // WithGroupCommit makes appends of different runs that wait at the same
-// time share atomic batches when at least min of them (DefaultGroupMin if
-// min is 0) are queued; a flight holds at most DefaultGroupEvents events.
+// time share atomic batches when at least least of them (DefaultGroupMin
+// if least is 0) are queued; a flight holds at most DefaultGroupEvents events.
 // It pays on a single server that fsyncs every write (sync_interval
 // always), where the stream's fsyncs are the limit; where appends cost no
 // fsync, a batch is slower than the appends it replaces. StreamEvents must
 // allow atomic publish (Ensure turns it on); while it does not, appends go
 // one by one. The contract of Append and AppendBatch is unchanged.
-func WithGroupCommit(min int) Option {
+func WithGroupCommit(least int) Option {
 	return func(j *Journal) {
-		if min <= 0 {
-			min = DefaultGroupMin
+		if least <= 0 {
+			least = DefaultGroupMin
 		}
-		j.group = &group{j: j, min: min, maxEvents: DefaultGroupEvents}
+		j.group = &group{j: j, min: least, maxEvents: DefaultGroupEvents}
 	}
 }
 

@@ -109,6 +109,10 @@ func TestGroupCommitStoresWaitingRunsInOneBatch(t *testing.T) {
 	}
 	// Each append got the stream seq of its own last event, and the batch
 	// ends at the stream's last message.
+	st, err := env.JS.Stream(t.Context(), journal.StreamEvents)
+	if err != nil {
+		t.Fatal(err)
+	}
 	var batchID string
 	var top uint64
 	for _, a := range appends {
@@ -118,11 +122,7 @@ func TestGroupCommitStoresWaitingRunsInOneBatch(t *testing.T) {
 			want = append(append([]events.Event{}, old...), step...)
 		}
 		wantRun(t, j, "acme", run, want, a.seq)
-		m, err := env.JS.Stream(t.Context(), journal.StreamEvents)
-		if err != nil {
-			t.Fatal(err)
-		}
-		msg, err := m.GetMsg(t.Context(), a.seq)
+		msg, err := st.GetMsg(t.Context(), a.seq)
 		if err != nil {
 			t.Fatal(err)
 		}
