@@ -88,6 +88,9 @@ type approvalMsg struct {
 	seq        uint64    // its sequence in LOOPGATE_APPROVALS
 	received   time.Time // when the stream stored it
 	deliveries uint64
+	// lease is the message as delivered, which its decision may hand over
+	// to the run it woke (continueRun); nil when read back from the stream.
+	lease jetstream.Msg
 }
 
 func (p *Pool) handleApproval(ctx context.Context, msg jetstream.Msg) {
@@ -100,7 +103,7 @@ func (p *Pool) handleApproval(ctx context.Context, msg jetstream.Msg) {
 		_ = msg.NakWithDelay(p.opts.RetryDelay)
 		return
 	}
-	am := approvalMsg{subject: msg.Subject(), data: msg.Data(), seq: meta.Sequence.Stream, received: meta.Timestamp, deliveries: meta.NumDelivered}
+	am := approvalMsg{subject: msg.Subject(), data: msg.Data(), seq: meta.Sequence.Stream, received: meta.Timestamp, deliveries: meta.NumDelivered, lease: msg}
 	o, reason := p.decideSafely(ctx, am)
 	if o == unavailable {
 		// JetStream cannot take the decision's writes: hold the message
@@ -112,6 +115,9 @@ func (p *Pool) handleApproval(ctx context.Context, msg jetstream.Msg) {
 			return p.decideSafely(ctx, am)
 		})
 		stopHeartbeat()
+	}
+	if o == handedOver {
+		return // its run goes on here, and settles it (continueRun)
 	}
 	if o == retry && p.lastDelivery(msg) {
 		o, reason = p.undecided(ctx, am)
@@ -301,7 +307,7 @@ func (p *Pool) decide(ctx context.Context, msg approvalMsg) (outcome, string) {
 		// This very message decided the entry, and its handler died before
 		// finishing: record the decision if it is not yet, and wake the run.
 		if awaiting {
-			return p.recordDecision(ctx, r, c, entry)
+			return p.recordDecision(ctx, r, c, entry, msg.lease)
 		}
 		if err := p.wake(ctx, tenant, runID, wakeID(entry)); err != nil {
 			return decidedButFailed(err)
@@ -355,12 +361,13 @@ func (p *Pool) decide(ctx context.Context, msg approvalMsg) (outcome, string) {
 		}
 		return failedOn(err)
 	}
-	return p.recordDecision(ctx, r, c, entry)
+	return p.recordDecision(ctx, r, c, entry, msg.lease)
 }
 
 // recordDecision appends the decided entry as an approved event and wakes
-// the run.
-func (p *Pool) recordDecision(ctx context.Context, r *run, c *events.CallState, e approvals.Entry) (outcome, string) {
+// the run: at once, in this process, under the approval message's lease
+// (continueRun), or else through a wake-up on the work stream.
+func (p *Pool) recordDecision(ctx context.Context, r *run, c *events.CallState, e approvals.Entry, lease jetstream.Msg) (outcome, string) {
 	if err := r.recordEntry(ctx, c, e); err != nil {
 		// Retried: the entry names this message, so the retry records it.
 		return decidedButFailed(err)
@@ -371,10 +378,88 @@ func (p *Pool) recordDecision(ctx context.Context, r *run, c *events.CallState, 
 	// before anything the woken run does, such as asking again about the
 	// same call and scheduling that question's expiry on the same subject.
 	p.cancelExpiry(e.Tenant, e.RunID, c.Call.ID)
+	if p.continueRun(ctx, r, lease, wakeID(e)) {
+		return handedOver, ""
+	}
 	if err := p.wake(ctx, e.Tenant, e.RunID, wakeID(e)); err != nil {
 		return decidedButFailed(err)
 	}
 	return settled, ""
+}
+
+// handedOver is the outcome of an approval message whose run goes on in
+// this process under the message's lease: continueRun settles it.
+const handedOver outcome = -2
+
+// continueRun goes on at once, in this process, with the run a decision
+// has just woken (r, whose state holds the approved event), instead of
+// publishing its wake-up for the pool's queue. That wake-up cost each
+// approval two writes of the work stream (the message and, once taken,
+// its removal), a delivery, and a second read and fold of the run: on one
+// server with sync always the work stream's fsyncs were the approval
+// path's bottleneck (docs/benchmarks.md).
+//
+// The approval message is the run's lease meanwhile: heartbeated like a
+// work message, acknowledged when the worker lets go of the run. A run
+// that stops short of parking or finishing (a lost race it could not
+// settle, an outage, a panic, the pool stopping) is handed to the queue
+// with the wake-up it would have had, so retries, outages and poison runs
+// are dealt with as ever, by the work message's deliveries. A process that
+// dies meanwhile leaves the approval message unacknowledged: its
+// redelivery finds the entry decided by itself and wakes the run.
+//
+// It reports false, and does nothing, when the pool is stopping, the
+// message is not held (read back after its deliveries ran out), or
+// Workers runs already go on this way in the process.
+func (p *Pool) continueRun(ctx context.Context, r *run, lease jetstream.Msg, wake string) bool {
+	if lease == nil || p.stopping() {
+		return false
+	}
+	select {
+	case p.continuing <- struct{}{}:
+	default:
+		return false
+	}
+	p.wg.Go(func() {
+		defer func() { <-p.continuing }()
+		hbCtx, stopHeartbeat := context.WithCancel(ctx)
+		defer stopHeartbeat() // even if the worker dies (the crash hook's Goexit)
+		go p.heartbeat(hbCtx, lease)
+		o, reason := p.driveSafely(ctx, r)
+		stopHeartbeat()
+		if o != settled {
+			// Even when the pool is stopping: the wake-up hands the run
+			// to another worker.
+			wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), handOverTimeout)
+			err := p.wake(wctx, r.task.Tenant, r.st.RunID, wake)
+			cancel()
+			if err != nil {
+				r.log.WarnContext(ctx, "run not continued after its decision, nor handed to the queue; its approval message comes back to wake it", "outcome", o.String(), "cause", reason, "err", err)
+				_ = lease.NakWithDelay(p.opts.RetryDelay)
+				return
+			}
+			r.log.InfoContext(ctx, "run not continued after its decision; handed to the queue", "outcome", o.String(), "cause", reason)
+		}
+		if err := lease.Ack(); err != nil {
+			p.log.WarnContext(ctx, "settle approval message", "subject", lease.Subject(), "err", err)
+		}
+	})
+	return true
+}
+
+// handOverTimeout bounds the wake-up that hands a run continued after its
+// decision to the queue.
+const handOverTimeout = 5 * time.Second
+
+// driveSafely is drive, turning a panic into a retry, as processSafely.
+func (p *Pool) driveSafely(ctx context.Context, r *run) (o outcome, reason string) {
+	defer func() {
+		if v := recover(); v != nil {
+			r.log.ErrorContext(ctx, "worker panicked continuing a run after its decision; handing it to the queue", "panic", v)
+			o, reason = retry, fmt.Sprintf("worker panicked: %v", v)
+		}
+	}()
+	return p.drive(ctx, r)
 }
 
 // decidedButFailed is the outcome of a message whose decision the entry

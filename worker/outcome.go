@@ -38,7 +38,10 @@ const (
 )
 
 func (o outcome) String() string {
-	if o < 0 || int(o) >= 5 {
+	switch {
+	case o == handedOver:
+		return "handed_over"
+	case o < 0 || int(o) >= 5:
 		return "again"
 	}
 	return [...]string{"settled", "rejected", "retry", "stopping", "unavailable"}[o]

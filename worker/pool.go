@@ -151,6 +151,9 @@ type Pool struct {
 	cancel       context.CancelFunc
 	wg           sync.WaitGroup
 	projection   *projector
+	// continuing holds a token for each run going on right after its
+	// decision (continueRun): at most Workers at once.
+	continuing chan struct{}
 }
 
 // New makes a pool. It does not consume until Start.
@@ -210,6 +213,7 @@ func New(d Deps, cfg *Config) (*Pool, error) {
 		taskSchema:  taskSchema,
 		approvalSch: approvalSch,
 		decisions:   decisions,
+		continuing:  make(chan struct{}, c.Workers),
 	}, nil
 }
 

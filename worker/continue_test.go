@@ -1,0 +1,165 @@
+package worker_test
+
+import (
+	"context"
+	"runtime"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/loopgate/loopgate/config"
+	"github.com/loopgate/loopgate/events"
+	"github.com/loopgate/loopgate/journal"
+	"github.com/loopgate/loopgate/model"
+)
+
+// wakeUps counts the messages published on a run's wake-up subject from
+// now on (core NATS sees every publish to the stream's subjects).
+func wakeUps(t *testing.T, b *bundle, runID string) func() int {
+	t.Helper()
+	sub, err := b.env.Conn.SubscribeSync(events.ResumeSubject("cityops", runID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	if err := b.env.Conn.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return func() int {
+		if err := b.env.Conn.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		n, _, err := sub.Pending()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+}
+
+// approvalsSettled waits until the pool has acknowledged every approval
+// message it was given.
+func approvalsSettled(t *testing.T, b *bundle) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	for {
+		c, err := b.env.JS.Consumer(ctx, journal.StreamApprovals, journal.ConsumerApprovals)
+		if err != nil {
+			t.Fatal(err)
+		}
+		info := c.CachedInfo()
+		if info.NumAckPending == 0 && info.NumPending == 0 {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("approval messages not settled: %d delivered and unacknowledged, %d not delivered\nlogs:\n%s", info.NumAckPending, info.NumPending, b.logs.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// A decision's run goes on at once in the process that decided it, under
+// the approval message's lease: no wake-up is published for the queue
+// (two writes of the work stream, a delivery and a second read of the run
+// saved per approval), and the approval message is acknowledged once the
+// run lets go.
+func TestADecidedRunGoesOnWithoutAWakeUp(t *testing.T) {
+	t.Parallel()
+	b := setup(t, oneDraft(t, "drafted"))
+	runID := events.RunID("cityops", "continue-1")
+	woken := wakeUps(t, b, runID)
+	if got, q := draftRun(t, b, "continue-1"); got != runID {
+		t.Fatalf("run id %s, want %s", got, runID)
+	} else {
+		b.publishApproval(runID, "s1c1", q.ArgsHash, "approve", "supervisor@cityops", "")
+	}
+	evs := b.waitEnd(runID)
+	assertTrail(t, evs, concat([]string{"started"}, gatedStep("draft_escalation"), []string{"proposed:final", "finished:done"}))
+	if files := outboxFiles(t, b.outbox); len(files) != 1 {
+		t.Errorf("outbox = %v, want the one approved draft", files)
+	}
+	approvalsSettled(t, b)
+	if n := woken(); n != 0 {
+		t.Errorf("%d wake-ups published for a run its decision continued", n)
+	}
+}
+
+// A run that cannot go on after its decision (here its model panics once)
+// is handed to the queue with the wake-up it would have had: another
+// delivery continues it from its events, and the write is not run twice.
+func TestARunThatCannotGoOnAfterItsDecisionIsHandedToTheQueue(t *testing.T) {
+	t.Parallel()
+	var proposals atomic.Int32
+	draft := `{"tool_calls":[{"tool":"draft_escalation","args":{"request_id":"SR-10421","reason":"Open 9 days, past the 5-day threshold."}}]}`
+	b := setup(t, options{
+		agents: map[string]config.Profile{"one-draft": {
+			Model: config.Model{Provider: "scripted"}, Tools: []string{"lookup_complaints", "draft_escalation"}, Roles: []string{"operator"},
+		}},
+		scripts: map[string]model.Model{"one-draft": model.Func(func(ctx context.Context, req model.Request) (model.Response, error) {
+			switch proposals.Add(1) {
+			case 1:
+				return model.Response{Output: []byte(draft)}, nil
+			case 2:
+				panic("model adapter bug after the approval")
+			}
+			return model.Response{Output: []byte(`{"final_answer":{"summary":"drafted"}}`)}, nil
+		})},
+		retry: 20 * time.Millisecond,
+	})
+	runID := events.RunID("cityops", "handover-1")
+	woken := wakeUps(t, b, runID)
+	_, q := draftRun(t, b, "handover-1")
+	b.publishApproval(runID, "s1c1", q.ArgsHash, "approve", "supervisor@cityops", "")
+	evs := b.waitEnd(runID)
+	assertTrail(t, evs, concat([]string{"started"}, gatedStep("draft_escalation"), []string{"proposed:final", "finished:done"}))
+	if files := outboxFiles(t, b.outbox); len(files) != 1 {
+		t.Errorf("outbox = %v, want the one approved draft", files)
+	}
+	if n := proposals.Load(); n != 3 {
+		t.Errorf("model asked %d times, want 3 (the panic, then once more from the queue)", n)
+	}
+	approvalsSettled(t, b)
+	if n := woken(); n != 1 {
+		t.Errorf("%d wake-ups published, want the one that handed the run over", n)
+	}
+	if !strings.Contains(b.logs.String(), "handed to the queue") {
+		t.Errorf("the hand-over is not logged:\n%s", b.logs.String())
+	}
+}
+
+// A worker that dies while it continues a run after its decision leaves
+// the approval message unacknowledged: its redelivery finds the entry
+// decided by itself and wakes the run, which goes on from its events.
+func TestARunWhoseWorkerDiesAfterItsDecisionIsWokenByTheRedelivery(t *testing.T) {
+	t.Parallel()
+	var proposed, deaths atomic.Int32
+	o := oneDraft(t, "drafted")
+	o.layout = journal.Layout{AckWait: 300 * time.Millisecond}
+	o.retry = 20 * time.Millisecond
+	o.crash = func(point string) {
+		// The second proposal is the first thing after the approval.
+		if point == "before:proposed" && proposed.Add(1) == 2 && deaths.Add(1) == 1 {
+			runtime.Goexit() // this worker is gone, the approval message unsettled
+		}
+	}
+	b := setup(t, o)
+	runID := events.RunID("cityops", "continue-dies-1")
+	woken := wakeUps(t, b, runID)
+	_, q := draftRun(t, b, "continue-dies-1")
+	b.publishApproval(runID, "s1c1", q.ArgsHash, "approve", "supervisor@cityops", "")
+	evs := b.waitEnd(runID)
+	assertTrail(t, evs, concat([]string{"started"}, gatedStep("draft_escalation"), []string{"proposed:final", "finished:done"}))
+	if deaths.Load() != 1 {
+		t.Fatalf("the worker died %d times after the decision, want once", deaths.Load())
+	}
+	if files := outboxFiles(t, b.outbox); len(files) != 1 {
+		t.Errorf("outbox = %v, want the one approved draft", files)
+	}
+	approvalsSettled(t, b)
+	if n := woken(); n != 1 {
+		t.Errorf("%d wake-ups published, want the redelivered approval's one", n)
+	}
+}
