@@ -137,7 +137,7 @@ func (j *Journal) appendBatch(ctx context.Context, lastStreamSeq uint64, evs []e
 
 	var seq uint64
 	for try := 1; ; try++ {
-		seq, err = j.publishBatch(ctx, msgs)
+		seq, err = j.publishBatch(ctx, StreamEvents, msgs)
 		// Incomplete means the server stored nothing (a message of the
 		// batch was refused before the commit, say too many open batches,
 		// and only the commit is answered): a fresh batch may succeed.
@@ -221,9 +221,10 @@ type batchAck struct {
 	Error    *jetstream.APIError `json:"error"`
 }
 
-// publishBatch publishes msgs as one new atomic batch and returns the
-// stream seq of its last message. It sets the batch headers on msgs.
-func (j *Journal) publishBatch(ctx context.Context, msgs []*nats.Msg) (uint64, error) {
+// publishBatch publishes msgs as one new atomic batch to stream (which
+// must be the stream that stores their subjects) and returns the stream
+// seq of its last message. It sets the batch headers on msgs.
+func (j *Journal) publishBatch(ctx context.Context, stream string, msgs []*nats.Msg) (uint64, error) {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, j.js.Options().DefaultTimeout)
@@ -265,7 +266,7 @@ func (j *Journal) publishBatch(ctx context.Context, msgs []*nats.Msg) (uint64, e
 	if ack.Error != nil {
 		return 0, ack.Error
 	}
-	if ack.Stream != StreamEvents || ack.BatchID != id || ack.Count != uint64(n) || ack.Sequence < uint64(n) {
+	if ack.Stream != stream || ack.BatchID != id || ack.Count != uint64(n) || ack.Sequence < uint64(n) {
 		return 0, fmt.Errorf("commit batch of %d: %w: %s", n, jetstream.ErrInvalidJSAck, resp.Data)
 	}
 	return ack.Sequence, nil

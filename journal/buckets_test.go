@@ -34,6 +34,10 @@ func TestDecidingBucketsReadFromTheLeader(t *testing.T) {
 			if got := st.CachedInfo().Config.AllowDirect; got != direct {
 				t.Errorf("%s: bucket %s allow_direct %v, want %v", when, bucket, got, direct)
 			}
+			// Only the runs projection takes atomic batches (PutRuns).
+			if got, want := st.CachedInfo().Config.AllowAtomicPublish, bucket == journal.BucketRuns; got != want {
+				t.Errorf("%s: bucket %s allow_atomic %v, want %v", when, bucket, got, want)
+			}
 		}
 	}
 	check("after Ensure")

@@ -241,7 +241,7 @@ func (g *group) together(flight []*share) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), g.j.js.Options().DefaultTimeout)
 	t0 := time.Now()
-	seq, err := g.j.publishBatch(ctx, msgs)
+	seq, err := g.j.publishBatch(ctx, StreamEvents, msgs)
 	took := time.Since(t0)
 	cancel()
 	if err != nil {

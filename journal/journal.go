@@ -3,7 +3,6 @@ package journal
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"iter"
@@ -96,6 +95,8 @@ type Journal struct {
 
 	mu   sync.Mutex
 	runs jetstream.KeyValue // opened on first PutRun
+	// runsBatch: the runs bucket's stream takes atomic batches (PutRuns).
+	runsBatch atomic.Bool
 
 	cache *runCache // nil: off
 	group *group    // nil: every append on its own (see WithGroupCommit)
@@ -616,79 +617,4 @@ func checkRun(tenant, runID string) error {
 		return fmt.Errorf("run id %q is not a valid subject token", runID)
 	}
 	return nil
-}
-
-// RunRecord is a run's entry in BucketRuns, for listing runs without
-// replaying them. It is a projection of the run's events, rebuildable from
-// them; it matches the key <tenant>.<run_id>.
-type RunRecord struct {
-	RunID  string `json:"run_id"`
-	Tenant string `json:"tenant"`
-	TaskID string `json:"task_id"`
-	Agent  string `json:"agent"`
-	// Status is the run's state as the worker names it (running, parked,
-	// finished, ...).
-	Status string `json:"status"`
-	// Reason is why a finished run stopped (an events.Reason).
-	Reason string `json:"reason,omitempty"`
-	// LastSeq is the run's own seq of its last event (events.Event.Seq).
-	LastSeq uint64 `json:"last_seq"`
-	// Updated is when the writer produced this record, by its clock.
-	Updated time.Time `json:"updated"`
-}
-
-// PutRun writes r under <tenant>.<run_id> in BucketRuns unless the bucket
-// already holds a record of the run with a greater LastSeq, so a late
-// writer cannot roll the projection back. It is best effort: the events
-// stay the truth, and callers usually log an error rather than fail.
-func (j *Journal) PutRun(ctx context.Context, r RunRecord) error {
-	if err := checkRun(r.Tenant, r.RunID); err != nil {
-		return fmt.Errorf("journal: put run: %w", err)
-	}
-	kv, err := j.runsBucket(ctx)
-	if err != nil {
-		return err
-	}
-	key := r.Tenant + "." + r.RunID
-	data, err := json.Marshal(r)
-	if err != nil {
-		return fmt.Errorf("journal: put run %s: %w", key, err)
-	}
-	const attempts = 3
-	for range attempts {
-		entry, err := kv.Get(ctx, key)
-		switch {
-		case errors.Is(err, jetstream.ErrKeyNotFound):
-			_, err = kv.Create(ctx, key, data)
-		case err != nil:
-			return fmt.Errorf("journal: put run %s: %w", key, err)
-		default:
-			var cur RunRecord
-			if json.Unmarshal(entry.Value(), &cur) == nil && cur.LastSeq > r.LastSeq {
-				return nil
-			}
-			_, err = kv.Update(ctx, key, data, entry.Revision())
-		}
-		if err == nil {
-			return nil
-		}
-		if !errors.Is(err, jetstream.ErrKeyExists) && !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
-			return fmt.Errorf("journal: put run %s: %w", key, err)
-		}
-	}
-	return fmt.Errorf("journal: put run %s: still contended after %d attempts", key, attempts)
-}
-
-func (j *Journal) runsBucket(ctx context.Context) (jetstream.KeyValue, error) {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	if j.runs != nil {
-		return j.runs, nil
-	}
-	kv, err := j.js.KeyValue(ctx, BucketRuns)
-	if err != nil {
-		return nil, fmt.Errorf("journal: open bucket %s: %w", BucketRuns, err)
-	}
-	j.runs = kv
-	return kv, nil
 }

@@ -270,7 +270,7 @@ func Ensure(ctx context.Context, js jetstream.JetStream, l Layout) error {
 		}
 	}
 	for _, cfg := range l.buckets() {
-		if err := ensureBucket(ctx, js, cfg, leaderReads[cfg.Bucket]); err != nil {
+		if err := ensureBucket(ctx, js, cfg, bucketStreams[cfg.Bucket]); err != nil {
 			return fmt.Errorf("journal: ensure bucket %s: %w", cfg.Bucket, err)
 		}
 	}
@@ -283,53 +283,66 @@ func Ensure(ctx context.Context, js jetstream.JetStream, l Layout) error {
 	return nil
 }
 
-// leaderReads are the buckets whose reads decide something: which
-// approval a message may decide, whether an operation already ran, what a
-// session remembers. Their reads go to the stream leader, as the events
-// stream's do. A bucket as nats.go creates it answers reads from any
-// replica (direct gets, a queue group of all of them), and a follower can
-// be behind the last acknowledged write: make soak saw an approval
-// rejected as "already decided" by its own decision, read back stale.
-// The runs projection only lists runs and keeps direct gets.
-var leaderReads = map[string]bool{BucketApprovals: true, BucketIdempotency: true, BucketSessions: true}
+// bucketStream is what loopgate sets on a bucket's stream beyond what a
+// KeyValueConfig can say.
+type bucketStream struct {
+	// leaderReads: the bucket's reads decide something (which approval a
+	// message may decide, whether an operation already ran, what a session
+	// remembers), so they go to the stream leader, as the events stream's
+	// do. A bucket as nats.go creates it answers reads from any replica
+	// (direct gets, a queue group of all of them), and a follower can be
+	// behind the last acknowledged write: make soak saw an approval
+	// rejected as "already decided" by its own decision, read back stale.
+	leaderReads bool
+	// atomic: the bucket takes atomic batches. The runs projection is
+	// written in bursts (Journal.PutRuns), one batch each.
+	atomic bool
+}
 
-// ensureBucket creates or updates a bucket and, with leaderReads, turns
-// direct gets off on its stream. A bucket already as wanted is left alone:
-// nats.go's update would turn direct gets back on until the second update,
-// and a process binding the bucket in between would read from followers.
+var bucketStreams = map[string]bucketStream{
+	BucketApprovals:   {leaderReads: true},
+	BucketIdempotency: {leaderReads: true},
+	BucketSessions:    {leaderReads: true},
+	BucketRuns:        {atomic: true},
+}
+
+// ensureBucket creates or updates a bucket and sets what want says on its
+// stream. A bucket already as wanted is left alone: nats.go's update would
+// undo those settings until the second update (turning direct gets back
+// on, and a process binding the bucket in between would read from
+// followers).
 //
 // A handle bound while direct gets were on (a process from before this
 // setting) keeps asking for them and gets no answer once they are off:
 // after the upgrade that turns them off, restart every loopgate process.
-func ensureBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig, leaderReads bool) error {
+func ensureBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig, want bucketStream) error {
 	name := "KV_" + cfg.Bucket
-	if st, err := js.Stream(ctx, name); err == nil && bucketAsWanted(st.CachedInfo().Config, cfg, leaderReads) {
+	if st, err := js.Stream(ctx, name); err == nil && bucketAsWanted(st.CachedInfo().Config, cfg, want) {
 		return nil
 	}
 	if _, err := js.CreateOrUpdateKeyValue(ctx, cfg); err != nil {
 		return err
-	}
-	if !leaderReads {
-		return nil
 	}
 	st, err := js.Stream(ctx, name)
 	if err != nil {
 		return err
 	}
 	sc := st.CachedInfo().Config
-	if !sc.AllowDirect {
+	if sc.AllowDirect == !want.leaderReads && sc.AllowAtomicPublish == want.atomic {
 		return nil
 	}
-	sc.AllowDirect = false
+	sc.AllowDirect, sc.AllowAtomicPublish = !want.leaderReads, want.atomic
 	if _, err := js.UpdateStream(ctx, sc); err != nil {
-		return fmt.Errorf("read from the leader only: %w", err)
+		return fmt.Errorf("set reads from the leader only %v, atomic batches %v: %w", want.leaderReads, want.atomic, err)
 	}
 	return nil
 }
 
 // bucketAsWanted reports whether a bucket's stream has what loopgate
-// sets: replicas, storage, description, limit markers and where reads go.
-func bucketAsWanted(sc jetstream.StreamConfig, cfg jetstream.KeyValueConfig, leaderReads bool) bool {
+// sets: replicas, storage, description, limit markers, where reads go and
+// atomic batches.
+func bucketAsWanted(sc jetstream.StreamConfig, cfg jetstream.KeyValueConfig, want bucketStream) bool {
 	return sc.Replicas == max(cfg.Replicas, 1) && sc.Storage == cfg.Storage && sc.Description == cfg.Description &&
-		sc.SubjectDeleteMarkerTTL == cfg.LimitMarkerTTL && sc.AllowDirect == !leaderReads
+		sc.SubjectDeleteMarkerTTL == cfg.LimitMarkerTTL && sc.AllowDirect == !want.leaderReads &&
+		sc.AllowAtomicPublish == want.atomic
 }

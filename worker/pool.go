@@ -282,7 +282,7 @@ func (p *Pool) Start(ctx context.Context) error {
 	}
 	p.advisories = advisories
 	p.iter, p.approvalIter, p.cancel, p.started = iter, aiter, cancel, true
-	p.projection = newProjector(p.journal.PutRun, p.log)
+	p.projection = newProjector(p.journal.PutRuns, p.log)
 	go p.projection.run(runCtx)
 	for range p.opts.Workers {
 		p.wg.Go(func() { p.consume(runCtx, iter) })

@@ -15,10 +15,10 @@ import (
 // write, at start, at each park and at the finish) was two round trips in
 // the middle of a step. Updates go to one goroutine, which writes what is
 // queued every projectionDelay, newest per run (an update superseded
-// before it is written is never written), and the journal's PutRun
-// refuses to roll a record back.
+// before it is written is never written), in one batch (the journal's
+// PutRuns), and the journal refuses to roll a record back.
 type projector struct {
-	put func(context.Context, journal.RunRecord) error
+	put func(context.Context, []journal.RunRecord) error
 	log *slog.Logger
 
 	mu      sync.Mutex
@@ -28,7 +28,7 @@ type projector struct {
 	done    chan struct{} // closed when the goroutine ends
 }
 
-func newProjector(put func(context.Context, journal.RunRecord) error, log *slog.Logger) *projector {
+func newProjector(put func(context.Context, []journal.RunRecord) error, log *slog.Logger) *projector {
 	return &projector{put: put, log: log, pending: map[string]journal.RunRecord{},
 		kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 }
@@ -75,13 +75,19 @@ func (p *projector) run(ctx context.Context) {
 
 func (p *projector) writePending(ctx context.Context) {
 	p.mu.Lock()
-	batch := p.pending
-	p.pending = make(map[string]journal.RunRecord, len(batch))
+	queued := p.pending
+	p.pending = make(map[string]journal.RunRecord, len(queued))
 	p.mu.Unlock()
-	for _, rec := range batch {
-		if err := p.put(ctx, rec); err != nil {
-			p.log.WarnContext(ctx, "update run projection", "run_id", rec.RunID, "status", rec.Status, "err", err)
-		}
+	if len(queued) == 0 {
+		return
+	}
+	recs := make([]journal.RunRecord, 0, len(queued))
+	for _, rec := range queued {
+		recs = append(recs, rec)
+	}
+	// One batch for all of them where the bucket takes it (PutRuns).
+	if err := p.put(ctx, recs); err != nil {
+		p.log.WarnContext(ctx, "update run projection", "runs", len(recs), "err", err)
 	}
 }
 

@@ -1,0 +1,181 @@
+package journal
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// RunRecord is a run's entry in BucketRuns, for listing runs without
+// replaying them. It is a projection of the run's events, rebuildable from
+// them; it matches the key <tenant>.<run_id>.
+type RunRecord struct {
+	RunID  string `json:"run_id"`
+	Tenant string `json:"tenant"`
+	TaskID string `json:"task_id"`
+	Agent  string `json:"agent"`
+	// Status is the run's state as the worker names it (running, parked,
+	// finished, ...).
+	Status string `json:"status"`
+	// Reason is why a finished run stopped (an events.Reason).
+	Reason string `json:"reason,omitempty"`
+	// LastSeq is the run's own seq of its last event (events.Event.Seq).
+	LastSeq uint64 `json:"last_seq"`
+	// Updated is when the writer produced this record, by its clock.
+	Updated time.Time `json:"updated"`
+}
+
+// PutRun writes r under <tenant>.<run_id> in BucketRuns unless the bucket
+// already holds a record of the run with a greater LastSeq, so a late
+// writer cannot roll the projection back. It is best effort: the events
+// stay the truth, and callers usually log an error rather than fail.
+func (j *Journal) PutRun(ctx context.Context, r RunRecord) error {
+	if err := checkRun(r.Tenant, r.RunID); err != nil {
+		return fmt.Errorf("journal: put run: %w", err)
+	}
+	kv, err := j.runsBucket(ctx)
+	if err != nil {
+		return err
+	}
+	key := r.Tenant + "." + r.RunID
+	data, err := json.Marshal(r)
+	if err != nil {
+		return fmt.Errorf("journal: put run %s: %w", key, err)
+	}
+	const attempts = 3
+	for range attempts {
+		entry, err := kv.Get(ctx, key)
+		switch {
+		case errors.Is(err, jetstream.ErrKeyNotFound):
+			_, err = kv.Create(ctx, key, data)
+		case err != nil:
+			return fmt.Errorf("journal: put run %s: %w", key, err)
+		default:
+			var cur RunRecord
+			if json.Unmarshal(entry.Value(), &cur) == nil && cur.LastSeq > r.LastSeq {
+				return nil
+			}
+			_, err = kv.Update(ctx, key, data, entry.Revision())
+		}
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, jetstream.ErrKeyExists) && !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+			return fmt.Errorf("journal: put run %s: %w", key, err)
+		}
+	}
+	return fmt.Errorf("journal: put run %s: still contended after %d attempts", key, attempts)
+}
+
+func (j *Journal) runsBucket(ctx context.Context) (jetstream.KeyValue, error) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.runs != nil {
+		return j.runs, nil
+	}
+	kv, err := j.js.KeyValue(ctx, BucketRuns)
+	if err != nil {
+		return nil, fmt.Errorf("journal: open bucket %s: %w", BucketRuns, err)
+	}
+	if st, err := j.js.Stream(ctx, "KV_"+BucketRuns); err == nil {
+		j.runsBatch.Store(st.CachedInfo().Config.AllowAtomicPublish)
+	}
+	j.runs = kv
+	return kv, nil
+}
+
+// PutRuns writes records as PutRun does, several at once: with the bucket's
+// stream allowing atomic publish (Ensure turns it on), the records whose
+// stored version is older go in one atomic batch per DefaultGroupEvents,
+// each message conditional on the revision it replaces. On one server
+// with sync always that is a few fsyncs for the batch instead of one per
+// record, and the projection is written in bursts (one per pool every
+// quarter second) of every run that moved. A refused batch (a record
+// changed by another writer meanwhile, or no atomic publish) changes
+// nothing: its records are then written one by one with PutRun.
+func (j *Journal) PutRuns(ctx context.Context, recs []RunRecord) error {
+	kv, err := j.runsBucket(ctx)
+	if err != nil {
+		return err
+	}
+	var (
+		msgs []*nats.Msg
+		errs []error
+		sent []RunRecord
+	)
+	flush := func() {
+		if len(msgs) == 0 {
+			return
+		}
+		if len(msgs) == 1 || !j.runsBatch.Load() {
+			errs = append(errs, j.putEach(ctx, sent))
+		} else if _, err := j.publishBatch(ctx, "KV_"+BucketRuns, msgs); err != nil {
+			if isAPIError(err, codeBatchDisabled) {
+				j.runsBatch.Store(false)
+			}
+			errs = append(errs, j.putEach(ctx, sent))
+		}
+		msgs, sent = nil, nil
+	}
+	for _, r := range recs {
+		m, ok, err := runMessage(ctx, kv, r)
+		switch {
+		case err != nil:
+			errs = append(errs, err)
+			continue
+		case !ok:
+			continue // the bucket holds a newer record
+		}
+		msgs, sent = append(msgs, m), append(sent, r)
+		if len(msgs) == DefaultGroupEvents {
+			flush()
+		}
+	}
+	flush()
+	return errors.Join(errs...)
+}
+
+// runMessage is the conditional write of r over the bucket's current
+// record, or ok false if that record is newer.
+func runMessage(ctx context.Context, kv jetstream.KeyValue, r RunRecord) (*nats.Msg, bool, error) {
+	if err := checkRun(r.Tenant, r.RunID); err != nil {
+		return nil, false, fmt.Errorf("journal: put run: %w", err)
+	}
+	key := r.Tenant + "." + r.RunID
+	data, err := json.Marshal(r)
+	if err != nil {
+		return nil, false, fmt.Errorf("journal: put run %s: %w", key, err)
+	}
+	var rev uint64
+	entry, err := kv.Get(ctx, key)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+	case err != nil:
+		return nil, false, fmt.Errorf("journal: put run %s: %w", key, err)
+	default:
+		var cur RunRecord
+		if json.Unmarshal(entry.Value(), &cur) == nil && cur.LastSeq > r.LastSeq {
+			return nil, false, nil
+		}
+		rev = entry.Revision()
+	}
+	m := nats.NewMsg("$KV." + BucketRuns + "." + key)
+	m.Data = data
+	m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(rev, 10))
+	return m, true, nil
+}
+
+// putEach writes records one by one with PutRun.
+func (j *Journal) putEach(ctx context.Context, recs []RunRecord) error {
+	var errs []error
+	for _, r := range recs {
+		errs = append(errs, j.PutRun(ctx, r))
+	}
+	return errors.Join(errs...)
+}
