@@ -52,25 +52,43 @@ func (r *run) requestHuman(ctx context.Context, c *events.CallState, kind approv
 		Attempt:     c.Attempts(),
 	}
 	// The entry exists before anyone can read the question: an approver
-	// who reacts to the event finds it pending.
+	// who reacts to the event finds it pending. The call's events are
+	// durable before the entry, which binds the call's arguments.
 	if err := r.flush(ctx); err != nil {
 		return err
 	}
+	// The question's expiry is scheduled while its entry is written (they
+	// are writes of different streams, each an fsync), and before the
+	// question is asked: a run is never parked without its expiry. A
+	// schedule whose question is then not asked fires at its expiry and
+	// finds the run past it, or not parked (wait).
+	scheduled := make(chan error, 1)
+	go func() {
+		scheduled <- r.p.scheduleWake(ctx, r.task.Tenant, r.st.RunID, c.Call.ID, q.ExpiresAt)
+	}()
 	stored, err := r.p.approvals.Request(ctx, r.entry(c.Call.ID, q))
+	if serr := <-scheduled; err == nil {
+		err = serr
+	}
 	if err != nil {
 		return err
 	}
-	// An entry of this round left by a worker that died before asking:
-	// ask exactly what it holds, so that its expiry (which decisions are
-	// checked against) is the question's.
-	q.ExpiresAt = stored.ExpiresAt
+	if !stored.ExpiresAt.Equal(q.ExpiresAt) {
+		// An entry of this round left by a worker that died before asking:
+		// ask exactly what it holds, so that its expiry (which decisions
+		// are checked against) is the question's, and the wake-up's.
+		q.ExpiresAt = stored.ExpiresAt
+		if err := r.p.scheduleWake(ctx, r.task.Tenant, r.st.RunID, c.Call.ID, q.ExpiresAt); err != nil {
+			return err
+		}
+	}
+	// The question and the parked event go in one append: each prefix of
+	// the two is a state the run resumes from (asked and not parked: wait
+	// parks it).
 	if err := r.append(ctx, events.TypeApprovalRequested, r.st.CurrentStep, c.Call.ID, c.Call.Tool, q); err != nil {
 		return err
 	}
-	if err := r.flush(ctx); err != nil {
-		return err
-	}
-	return r.park(ctx, c)
+	return r.parked(ctx, c)
 }
 
 // askRecorded appends the question of a pending entry that the run's
@@ -183,11 +201,17 @@ func (r *run) wait(ctx context.Context, c *events.CallState) error {
 // worker lets go (errParked). A parked run is only events, a KV entry and
 // a scheduled message: no goroutine, timer or unacked message holds it.
 func (r *run) park(ctx context.Context, c *events.CallState) error {
-	q := c.Request
 	// A schedule subject holds one schedule: scheduling again replaces it.
-	if err := r.p.scheduleWake(ctx, r.task.Tenant, r.st.RunID, c.Call.ID, q.ExpiresAt); err != nil {
+	if err := r.p.scheduleWake(ctx, r.task.Tenant, r.st.RunID, c.Call.ID, c.Request.ExpiresAt); err != nil {
 		return err
 	}
+	return r.parked(ctx, c)
+}
+
+// parked records the parked event of a run whose expiry wake-up is
+// scheduled, and lets go (errParked).
+func (r *run) parked(ctx context.Context, c *events.CallState) error {
+	q := c.Request
 	if err := r.append(ctx, events.TypeParked, r.st.CurrentStep, "", "", events.ParkedData{Awaiting: []string{c.Call.ID}, Until: q.ExpiresAt}); err != nil {
 		return err
 	}

@@ -202,6 +202,19 @@ func TestAQuestionAskedAgainKeepsItsEntrysExpiry(t *testing.T) {
 		t.Errorf("question asked again: expires %s, args hash %s; the entry left: expires %s, args hash %s (worker died: %v)",
 			q.ExpiresAt, q.ArgsHash, e.ExpiresAt, e.ArgsHash, died.Load())
 	}
+	// And the run's expiry wake-up is scheduled for it too.
+	work, err := b.env.JS.Stream(t.Context(), journal.StreamWork)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sched, err := work.GetLastMsgForSubject(t.Context(), journal.SchedulesPrefix+".cityops."+runID+".s1c1")
+	if err != nil {
+		t.Fatalf("the parked run's expiry schedule: %v", err)
+	}
+	want := "@at " + e.ExpiresAt.UTC().Add(time.Second-time.Nanosecond).Truncate(time.Second).Format(time.RFC3339)
+	if got := sched.Header.Get("Nats-Schedule"); got != want {
+		t.Errorf("the expiry is scheduled %q, want the entry's expiry %q", got, want)
+	}
 	b.publishApproval(runID, "s1c1", q.ArgsHash, "approve", "supervisor@cityops", "ok")
 	assertTrail(t, b.waitEnd(runID), concat([]string{"started"}, gatedStep("draft_escalation"), []string{"proposed:final", "finished:done"}))
 }
