@@ -109,6 +109,9 @@ func serve(ctx context.Context, e env, f serveFlags, workerOnly bool) int {
 		workers:      cmp.Or(f.workers, cfg.Server.Workers),
 		log:          log,
 	}
+	for _, w := range shortBudgets(cfg, o.ackWait) {
+		log.WarnContext(ctx, w)
+	}
 	s, err := startStack(ctx, o)
 	if err != nil {
 		return fail(e, "%v", err)

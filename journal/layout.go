@@ -69,6 +69,9 @@ const duplicateWindow = 2 * time.Minute
 // removed. Any positive value enables per-key TTLs.
 const markerTTL = time.Minute
 
+// DefaultAckWait is Layout.AckWait's default.
+const DefaultAckWait = 30 * time.Second
+
 // Layout sizes what Ensure creates. The zero value is the single-node
 // default.
 type Layout struct {
@@ -94,7 +97,7 @@ type Layout struct {
 
 func (l Layout) withDefaults() Layout {
 	l.Replicas = cmp.Or(l.Replicas, 1)
-	l.AckWait = cmp.Or(l.AckWait, 30*time.Second)
+	l.AckWait = cmp.Or(l.AckWait, DefaultAckWait)
 	l.MaxDeliver = cmp.Or(l.MaxDeliver, 5)
 	l.MaxAckPending = cmp.Or(l.MaxAckPending, 1024)
 	return l
