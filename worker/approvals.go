@@ -395,9 +395,9 @@ const handedOver outcome = -2
 // has just woken (r, whose state holds the approved event), instead of
 // publishing its wake-up for the pool's queue. That wake-up cost each
 // approval two writes of the work stream (the message and, once taken,
-// its removal), a delivery, and a second read and fold of the run: on one
-// server with sync always the work stream's fsyncs were the approval
-// path's bottleneck (docs/benchmarks.md).
+// its removal), a delivery, and a second read and fold of the run, all in
+// the run's chain of waits: without them the happy path with approvals
+// does about a quarter more runs/s at sync always (docs/benchmarks.md).
 //
 // The approval message is the run's lease meanwhile: heartbeated like a
 // work message, acknowledged when the worker lets go of the run. A run
