@@ -51,3 +51,15 @@ func TestTheExampleBudgetsOutlastTheDefaultAckWait(t *testing.T) {
 		}
 	}
 }
+
+// serve says so at start, once per profile, where an operator looks.
+func TestServeWarnsOfBudgetsUnderFourAckWaits(t *testing.T) {
+	t.Parallel()
+	srv := startServe(t, t.TempDir(), "--ack-wait", "2m") // the example's 5m is under 8m
+	logs := srv.stderr.String()
+	for _, name := range []string{"escalation-assistant", "runaway-assistant"} {
+		if !strings.Contains(logs, `agent profile \"`+name+`\": max_active 5m0s is under four times the ack wait (2m0s)`) {
+			t.Errorf("no warning about %s's max_active:\n%s", name, logs)
+		}
+	}
+}

@@ -155,7 +155,7 @@ type server struct {
 	stderr *syncBuffer
 }
 
-func startServe(t *testing.T, dataDir string) *server {
+func startServe(t *testing.T, dataDir string, flags ...string) *server {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -167,8 +167,8 @@ func startServe(t *testing.T, dataDir string) *server {
 	pr, pw := io.Pipe()
 	s := &server{url: "nats://" + addr, cancel: cancel, done: make(chan int, 1), stderr: &syncBuffer{}}
 	go func() {
-		s.done <- Main(ctx, []string{"serve", "--config", "../examples/cityops/loopgate.yaml", "--listen", addr,
-			"--data", dataDir, "--workers", "2", "--log-format", "json"}, nil, pw, s.stderr)
+		s.done <- Main(ctx, append([]string{"serve", "--config", "../examples/cityops/loopgate.yaml", "--listen", addr,
+			"--data", dataDir, "--workers", "2", "--log-format", "json"}, flags...), nil, pw, s.stderr)
 		pw.Close()
 	}()
 	line, err := bufio.NewReader(pr).ReadString('\n')
