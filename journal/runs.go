@@ -36,41 +36,25 @@ type RunRecord struct {
 // writer cannot roll the projection back. It is best effort: the events
 // stay the truth, and callers usually log an error rather than fail.
 func (j *Journal) PutRun(ctx context.Context, r RunRecord) error {
-	if err := checkRun(r.Tenant, r.RunID); err != nil {
-		return fmt.Errorf("journal: put run: %w", err)
-	}
 	kv, err := j.runsBucket(ctx)
 	if err != nil {
 		return err
 	}
-	key := r.Tenant + "." + r.RunID
-	data, err := json.Marshal(r)
-	if err != nil {
-		return fmt.Errorf("journal: put run %s: %w", key, err)
-	}
 	const attempts = 3
 	for range attempts {
-		entry, err := kv.Get(ctx, key)
-		switch {
-		case errors.Is(err, jetstream.ErrKeyNotFound):
-			_, err = kv.Create(ctx, key, data)
-		case err != nil:
-			return fmt.Errorf("journal: put run %s: %w", key, err)
-		default:
-			var cur RunRecord
-			if json.Unmarshal(entry.Value(), &cur) == nil && cur.LastSeq > r.LastSeq {
-				return nil
-			}
-			_, err = kv.Update(ctx, key, data, entry.Revision())
+		m, ok, err := runMessage(ctx, kv, r)
+		if err != nil || !ok {
+			return err
 		}
+		_, err = j.js.PublishMsg(ctx, m)
 		if err == nil {
 			return nil
 		}
-		if !errors.Is(err, jetstream.ErrKeyExists) && !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
-			return fmt.Errorf("journal: put run %s: %w", key, err)
+		if !isAPIError(err, jetstream.JSErrCodeStreamWrongLastSequence) {
+			return fmt.Errorf("journal: put run %s.%s: %w", r.Tenant, r.RunID, err)
 		}
 	}
-	return fmt.Errorf("journal: put run %s: still contended after %d attempts", key, attempts)
+	return fmt.Errorf("journal: put run %s.%s: still contended after %d attempts", r.Tenant, r.RunID, attempts)
 }
 
 func (j *Journal) runsBucket(ctx context.Context) (jetstream.KeyValue, error) {

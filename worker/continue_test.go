@@ -38,29 +38,6 @@ func wakeUps(t *testing.T, b *bundle, runID string) func() int {
 	}
 }
 
-// approvalsSettled waits until the pool has acknowledged every approval
-// message it was given.
-func approvalsSettled(t *testing.T, b *bundle) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-	defer cancel()
-	for {
-		c, err := b.env.JS.Consumer(ctx, journal.StreamApprovals, journal.ConsumerApprovals)
-		if err != nil {
-			t.Fatal(err)
-		}
-		info := c.CachedInfo()
-		if info.NumAckPending == 0 && info.NumPending == 0 {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("approval messages not settled: %d delivered and unacknowledged, %d not delivered\nlogs:\n%s", info.NumAckPending, info.NumPending, b.logs.String())
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-}
-
 // A decision's run goes on at once in the process that decided it, under
 // the approval message's lease: no wake-up is published for the queue
 // (two writes of the work stream, a delivery and a second read of the run
@@ -81,7 +58,7 @@ func TestADecidedRunGoesOnWithoutAWakeUp(t *testing.T) {
 	if files := outboxFiles(t, b.outbox); len(files) != 1 {
 		t.Errorf("outbox = %v, want the one approved draft", files)
 	}
-	approvalsSettled(t, b)
+	consumerSettled(t, b, journal.StreamApprovals, journal.ConsumerApprovals)
 	if n := woken(); n != 0 {
 		t.Errorf("%d wake-ups published for a run its decision continued", n)
 	}
@@ -121,7 +98,7 @@ func TestARunThatCannotGoOnAfterItsDecisionIsHandedToTheQueue(t *testing.T) {
 	if n := proposals.Load(); n != 3 {
 		t.Errorf("model asked %d times, want 3 (the panic, then once more from the queue)", n)
 	}
-	approvalsSettled(t, b)
+	consumerSettled(t, b, journal.StreamApprovals, journal.ConsumerApprovals)
 	if n := woken(); n != 1 {
 		t.Errorf("%d wake-ups published, want the one that handed the run over", n)
 	}
@@ -158,7 +135,7 @@ func TestARunWhoseWorkerDiesAfterItsDecisionIsWokenByTheRedelivery(t *testing.T)
 	if files := outboxFiles(t, b.outbox); len(files) != 1 {
 		t.Errorf("outbox = %v, want the one approved draft", files)
 	}
-	approvalsSettled(t, b)
+	consumerSettled(t, b, journal.StreamApprovals, journal.ConsumerApprovals)
 	if n := woken(); n != 1 {
 		t.Errorf("%d wake-ups published, want the redelivered approval's one", n)
 	}

@@ -587,6 +587,29 @@ func (b *bundle) autoApprove(runID, approver, decision, reason string) {
 	}()
 }
 
+// consumerSettled waits until the consumer's messages have all been
+// delivered and settled (acknowledged or terminated).
+func consumerSettled(t *testing.T, b *bundle, stream, consumer string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	for {
+		c, err := b.env.JS.Consumer(ctx, stream, consumer)
+		if err != nil {
+			t.Fatalf("consumer %s on %s: %v", consumer, stream, err)
+		}
+		info := c.CachedInfo()
+		if info.NumAckPending == 0 && info.NumPending == 0 {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%s still holds %d messages not delivered and %d unacknowledged\nlogs:\n%s", stream, info.NumPending, info.NumAckPending, b.logs.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
 // gatedStep is the trail of one approved write.
 func gatedStep(tool string) []string {
 	return []string{"proposed", "validated:ok(" + tool + ")", "approval_requested(" + tool + ")", "parked", "approved:approve(" + tool + ")",

@@ -1,13 +1,12 @@
 package worker_test
 
 import (
-	"context"
 	"encoding/json"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/loopgate/loopgate/events"
+	"github.com/loopgate/loopgate/journal"
 )
 
 func TestMalformedTasksAreRejectedAndTheWorkerGoesOn(t *testing.T) {
@@ -56,23 +55,7 @@ func TestMalformedTasksAreRejectedAndTheWorkerGoesOn(t *testing.T) {
 	}
 	// Rejected messages were terminated, not left to be redelivered: the
 	// work queue drains (the good task's ack may trail its finished event).
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-	defer cancel()
-	for {
-		cons, err := b.env.JS.Consumer(ctx, "LOOPGATE_WORK", "loopgate-workers")
-		if err != nil {
-			t.Fatalf("work queue never drained: %v", err)
-		}
-		info := cons.CachedInfo()
-		if info.NumPending == 0 && info.NumAckPending == 0 {
-			break
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("work queue still holds %d pending and %d unacked messages", info.NumPending, info.NumAckPending)
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
+	consumerSettled(t, b, journal.StreamWork, journal.ConsumerWorkers)
 }
 
 func TestRepublishingATaskYieldsOneRun(t *testing.T) {

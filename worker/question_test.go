@@ -157,24 +157,7 @@ func TestAnApprovalNoWorkerCanDecideIsRecordedAsUndecided(t *testing.T) {
 	if d.Class != approvals.RejectUndecided || d.ApprovalSeq != seq || d.Approver != "supervisor@cityops" || d.Decision != "approve" || rej.CallID != "s1c1" {
 		t.Errorf("recorded %s %+v, want approval_rejected %s of message %d (approve by supervisor@cityops) on s1c1", rej.CallID, d, approvals.RejectUndecided, seq)
 	}
-	cons, err := b.env.JS.Consumer(t.Context(), journal.StreamApprovals, journal.ConsumerApprovals)
-	if err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		info, err := cons.Info(t.Context())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if info.NumAckPending == 0 && info.NumPending == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the message is still pending: %d ack pending, %d pending", info.NumAckPending, info.NumPending)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	consumerSettled(t, b, journal.StreamApprovals, journal.ConsumerApprovals)
 }
 
 // The worker that takes up a run whose previous worker died between the
