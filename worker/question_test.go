@@ -234,6 +234,50 @@ func TestAnApprovalWhoseHandlerDiedEachTimeIsDecidedFromTheAdvisory(t *testing.T
 	}
 }
 
+// An approval message whose every delivery decides the entry and then
+// fails before the approved event (here the append panics) is not recorded
+// as undecided once its deliveries run out: the entry holds its decision,
+// so the last delivery wakes the run, which records that decision itself
+// and goes on.
+func TestAnApprovalThatDecidedButNeverRecordedWakesItsRun(t *testing.T) {
+	t.Parallel()
+	var calls atomic.Int32
+	o := oneDraft(t, "drafted")
+	o.layout = journal.Layout{MaxDeliver: 2, AckWait: time.Second}
+	o.retry = 20 * time.Millisecond
+	o.crash = func(point string) {
+		if point == "before:approved" && calls.Add(1) <= 2 {
+			panic("approved append fails")
+		}
+	}
+	b := setup(t, o)
+	runID, q := draftRun(t, b, "decided-unrecorded-1")
+	wakes := wakeUps(t, b, runID)
+	seq := b.publishApproval(runID, "s1c1", q.ArgsHash, "approve", "supervisor@cityops", "ok")
+
+	evs := b.waitEnd(runID)
+	assertTrail(t, evs, concat([]string{"started"}, gatedStep("draft_escalation"), []string{"proposed:final", "finished:done"}))
+	if d := last[events.ApprovedData](t, evs, events.TypeApproved); d.ApprovalSeq != seq || d.Approver != "supervisor@cityops" {
+		t.Errorf("approved %+v, want message %d's decision by supervisor@cityops", d, seq)
+	}
+	if n := len(all(evs, events.TypeApprovalRejected)); n != 0 {
+		t.Errorf("%d approval_rejected events, want none: the message did decide", n)
+	}
+	if n := calls.Load(); n != 3 {
+		t.Errorf("the approved event was tried %d times, want 3 (two deliveries, then the woken run)", n)
+	}
+	if n := wakes(); n != 1 {
+		t.Errorf("%d wake-ups published, want the last delivery's one", n)
+	}
+	if !strings.Contains(b.logs.String(), "waking the run to record it") {
+		t.Errorf("the last delivery did not wake the run; logs:\n%s", b.logs.String())
+	}
+	if got := outboxFiles(t, b.outbox); len(got) != 1 {
+		t.Errorf("outbox holds %v, want one draft", got)
+	}
+	consumerSettled(t, b, journal.StreamApprovals, journal.ConsumerApprovals)
+}
+
 // A decision the approvals entry holds and the run does not (its handler
 // decided and then could not record it: a JetStream outage outlasted the
 // message's deliveries) is recorded by the run itself at its next wake-up,
