@@ -50,8 +50,9 @@ type options struct {
 	scripts  map[string]model.Model // by agent
 	roles    map[string]config.Role
 	workers  int
-	layout   journal.Layout // natstest's defaults when zero
-	crash    func(string)   // the pool's fault-injection hook
+	layout   journal.Layout   // natstest's defaults when zero
+	crash    func(string)     // the pool's fault-injection hook
+	clock    func() time.Time // the pools' clock (time.Now when nil)
 	// maxFileStore caps the server's JetStream disk use (not with cluster).
 	maxFileStore int64
 	retry        time.Duration // the pool's redelivery delay after an error
@@ -174,7 +175,7 @@ func setup(t testing.TB, o options) *bundle {
 			poolJournal = j
 		}
 		pool, err := worker.New(worker.Deps{JS: poolJS, Journal: poolJournal, App: cfg, Registry: reg, Models: models},
-			&worker.Config{Workers: cmp.Or(o.workers, 2), Logger: log, TransientBackoff: 10 * time.Millisecond, Crash: o.crash, RetryDelay: o.retry,
+			&worker.Config{Workers: cmp.Or(o.workers, 2), Logger: log, TransientBackoff: 10 * time.Millisecond, Crash: o.crash, RetryDelay: o.retry, Clock: o.clock,
 				// LOOPGATE_TEST_BATCH=1 runs every scenario with a step's
 				// events appended in atomic batches, as on a cluster.
 				BatchEvents: o.batch || os.Getenv("LOOPGATE_TEST_BATCH") == "1",
