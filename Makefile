@@ -18,7 +18,7 @@ FUZZ_TARGETS = \
 	./redact:FuzzCuesNeverHideAMatch \
 	./redact:FuzzQuietIsExact
 
-.PHONY: help build test lint vet fmt-check unit compose-check fuzz-smoke fuzz bench soak demo clean
+.PHONY: help build test lint vet fmt-check unit compose-check fuzz-smoke fuzz bench bench-natscli soak demo clean
 
 help: ## show this help
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -62,6 +62,9 @@ fuzz: ## run every fuzz target for FUZZTIME (default 30s; minimizing a new input
 
 bench: ## benchmarks (not tests): go test -bench
 	$(GO) test -run='^$$' -bench=. -benchmem -timeout 30m ./...
+
+bench-natscli: ## raw JetStream as the nats CLI measures it (nats bench js pub sync), both fsync settings
+	GO="$(GO)" sh bench/natscli.sh
 
 soak: ## fault tests with real processes: crash points, cluster node and worker kills, serve kills (slow; not in make test)
 	$(GO) test -tags soak -count=1 -timeout 30m -v ./soak
