@@ -54,7 +54,7 @@ func liveWrite(t *testing.T, clock *skewed, id string) (b *bundle, runID string,
 }
 
 // The README asks for worker clocks in sync to well under the lease grace
-// (2 s). A worker whose clock is ahead by less than that (1.5 s), woken on
+// (2 s). A worker whose clock is ahead by less than that (1.2 s), woken on
 // a run whose write is still in its tool near the attempt's deadline
 // (0.9 s into 1 s), reads the attempt's lease as live: it schedules the
 // run's wake-up for the lease's end and lets go, and the write runs once,
@@ -66,7 +66,7 @@ func TestAWorkerAheadByLessThanTheGraceLeavesALiveWriteAlone(t *testing.T) {
 	b, runID, runs, release := liveWrite(t, clock, "skew-within-1")
 	began := b.waitType(runID, events.TypeExecuting, 1).Time
 	time.Sleep(time.Until(began.Add(900 * time.Millisecond)))
-	clock.set(1500 * time.Millisecond)
+	clock.set(1200 * time.Millisecond)
 	if _, err := b.env.JS.Publish(t.Context(), events.ResumeSubject("cityops", runID), nil); err != nil {
 		t.Fatal(err)
 	}
