@@ -140,3 +140,63 @@ func TestARunWhoseWorkerDiesAfterItsDecisionIsWokenByTheRedelivery(t *testing.T)
 		t.Errorf("%d wake-ups published, want the redelivered approval's one", n)
 	}
 }
+
+// A pool told to stop (SIGTERM) while it continues a run after its
+// decision waits for the step in hand; when its drain time runs out the
+// run is handed to the queue with its wake-up and the approval message is
+// acknowledged, so the next process goes on with it and the write is not
+// run twice.
+func TestADecidedRunCaughtByAStopIsHandedToTheQueue(t *testing.T) {
+	t.Parallel()
+	reached, release := make(chan struct{}), make(chan struct{})
+	var once atomic.Bool
+	o := oneDraft(t, "drafted")
+	o.crash = func(point string) {
+		// The executing event is the first thing after the approval.
+		if point == "before:executing" && once.CompareAndSwap(false, true) {
+			close(reached)
+			<-release
+		}
+	}
+	b := setup(t, o)
+	runID := events.RunID("cityops", "continue-stopped-1")
+	woken := wakeUps(t, b, runID)
+	_, q := draftRun(t, b, "continue-stopped-1")
+	b.publishApproval(runID, "s1c1", q.ArgsHash, "approve", "supervisor@cityops", "")
+	select {
+	case <-reached:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the decided run never went on")
+	}
+
+	stopped := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		defer cancel()
+		stopped <- b.pool.Stop(ctx)
+	}()
+	time.Sleep(400 * time.Millisecond) // the drain time is over: the pool's context is cancelled
+	close(release)
+	select {
+	case err := <-stopped:
+		if err == nil {
+			t.Error("Stop returned nil, want its drain time exceeded")
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Stop did not return once the continuation let go")
+	}
+	if !strings.Contains(b.logs.String(), "handed to the queue") {
+		t.Fatalf("the stopped continuation did not hand the run over; logs:\n%s", b.logs.String())
+	}
+
+	b.startPool() // the next process
+	evs := b.waitEnd(runID)
+	assertTrail(t, evs, concat([]string{"started"}, gatedStep("draft_escalation"), []string{"proposed:final", "finished:done"}))
+	if files := outboxFiles(t, b.outbox); len(files) != 1 {
+		t.Errorf("outbox = %v, want the one approved draft", files)
+	}
+	consumerSettled(t, b, journal.StreamApprovals, journal.ConsumerApprovals)
+	if n := woken(); n != 1 {
+		t.Errorf("%d wake-ups published, want the one that handed the run over", n)
+	}
+}
