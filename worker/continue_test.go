@@ -54,7 +54,7 @@ func TestADecidedRunGoesOnWithoutAWakeUp(t *testing.T) {
 		b.publishApproval(runID, "s1c1", q.ArgsHash, "approve", "supervisor@cityops", "")
 	}
 	evs := b.waitEnd(runID)
-	assertTrail(t, evs, concat([]string{"started"}, gatedStep("draft_escalation"), []string{"proposed:final", "finished:done"}))
+	assertTrail(t, evs, oneDraftApproved())
 	if files := outboxFiles(t, b.outbox); len(files) != 1 {
 		t.Errorf("outbox = %v, want the one approved draft", files)
 	}
@@ -91,7 +91,7 @@ func TestARunThatCannotGoOnAfterItsDecisionIsHandedToTheQueue(t *testing.T) {
 	_, q := draftRun(t, b, "handover-1")
 	b.publishApproval(runID, "s1c1", q.ArgsHash, "approve", "supervisor@cityops", "")
 	evs := b.waitEnd(runID)
-	assertTrail(t, evs, concat([]string{"started"}, gatedStep("draft_escalation"), []string{"proposed:final", "finished:done"}))
+	assertTrail(t, evs, oneDraftApproved())
 	if files := outboxFiles(t, b.outbox); len(files) != 1 {
 		t.Errorf("outbox = %v, want the one approved draft", files)
 	}
@@ -128,7 +128,7 @@ func TestARunWhoseWorkerDiesAfterItsDecisionIsWokenByTheRedelivery(t *testing.T)
 	_, q := draftRun(t, b, "continue-dies-1")
 	b.publishApproval(runID, "s1c1", q.ArgsHash, "approve", "supervisor@cityops", "")
 	evs := b.waitEnd(runID)
-	assertTrail(t, evs, concat([]string{"started"}, gatedStep("draft_escalation"), []string{"proposed:final", "finished:done"}))
+	assertTrail(t, evs, oneDraftApproved())
 	if deaths.Load() != 1 {
 		t.Fatalf("the worker died %d times after the decision, want once", deaths.Load())
 	}
@@ -191,7 +191,7 @@ func TestADecidedRunCaughtByAStopIsHandedToTheQueue(t *testing.T) {
 
 	b.startPool() // the next process
 	evs := b.waitEnd(runID)
-	assertTrail(t, evs, concat([]string{"started"}, gatedStep("draft_escalation"), []string{"proposed:final", "finished:done"}))
+	assertTrail(t, evs, oneDraftApproved())
 	if files := outboxFiles(t, b.outbox); len(files) != 1 {
 		t.Errorf("outbox = %v, want the one approved draft", files)
 	}

@@ -199,7 +199,7 @@ func TestAQuestionAskedAgainKeepsItsEntrysExpiry(t *testing.T) {
 		t.Errorf("the expiry is scheduled %q, want the entry's expiry %q", got, want)
 	}
 	b.publishApproval(runID, "s1c1", q.ArgsHash, "approve", "supervisor@cityops", "ok")
-	assertTrail(t, b.waitEnd(runID), concat([]string{"started"}, gatedStep("draft_escalation"), []string{"proposed:final", "finished:done"}))
+	assertTrail(t, b.waitEnd(runID), oneDraftApproved())
 }
 
 // An approval message whose handler dies on every delivery (here: the
@@ -222,7 +222,7 @@ func TestAnApprovalWhoseHandlerDiedEachTimeIsDecidedFromTheAdvisory(t *testing.T
 	seq := b.publishApproval(runID, "s1c1", q.ArgsHash, "approve", "supervisor@cityops", "ok")
 
 	evs := b.waitEnd(runID)
-	assertTrail(t, evs, concat([]string{"started"}, gatedStep("draft_escalation"), []string{"proposed:final", "finished:done"}))
+	assertTrail(t, evs, oneDraftApproved())
 	if d := last[events.ApprovedData](t, evs, events.TypeApproved); d.ApprovalSeq != seq {
 		t.Errorf("approved by message %d, want %d", d.ApprovalSeq, seq)
 	}
@@ -256,7 +256,7 @@ func TestAnApprovalThatDecidedButNeverRecordedWakesItsRun(t *testing.T) {
 	seq := b.publishApproval(runID, "s1c1", q.ArgsHash, "approve", "supervisor@cityops", "ok")
 
 	evs := b.waitEnd(runID)
-	assertTrail(t, evs, concat([]string{"started"}, gatedStep("draft_escalation"), []string{"proposed:final", "finished:done"}))
+	assertTrail(t, evs, oneDraftApproved())
 	if d := last[events.ApprovedData](t, evs, events.TypeApproved); d.ApprovalSeq != seq || d.Approver != "supervisor@cityops" {
 		t.Errorf("approved %+v, want message %d's decision by supervisor@cityops", d, seq)
 	}
@@ -310,7 +310,7 @@ func TestADecisionOnlyTheEntryHoldsIsRecordedByTheRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	evs := b.waitEnd(runID)
-	assertTrail(t, evs, concat([]string{"started"}, gatedStep("draft_escalation"), []string{"proposed:final", "finished:done"}))
+	assertTrail(t, evs, oneDraftApproved())
 	got := last[events.ApprovedData](t, evs, events.TypeApproved)
 	want := events.ApprovedData{Kind: "approval", Round: 1, Decision: "approve", Approver: "supervisor@cityops", ArgsHash: e.ArgsHash, Reason: "looks right", ApprovalSeq: 4242}
 	if got != want {

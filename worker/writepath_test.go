@@ -49,6 +49,11 @@ func oneDraft(t *testing.T, final string) options {
 	}
 }
 
+// oneDraftApproved is the trail of a oneDraft run whose draft was approved.
+func oneDraftApproved() []string {
+	return concat([]string{"started"}, gatedStep("draft_escalation"), []string{"proposed:final", "finished:done"})
+}
+
 func pendingEntry(t *testing.T, b *bundle, runID, callID string) approvals.Entry {
 	t.Helper()
 	kv, err := b.env.JS.KeyValue(t.Context(), "loopgate_approvals")
@@ -81,7 +86,7 @@ func TestApprovedWriteRunsExactlyTheApprovedActionOnce(t *testing.T) {
 
 	b.publishApproval(runID, "s1c1", q.ArgsHash, "approve", "supervisor@cityops", "looks right")
 	evs := b.waitEnd(runID)
-	assertTrail(t, evs, concat([]string{"started"}, gatedStep("draft_escalation"), []string{"proposed:final", "finished:done"}))
+	assertTrail(t, evs, oneDraftApproved())
 	ok := last[events.ApprovedData](t, evs, events.TypeApproved)
 	if ok.Approver != "supervisor@cityops" || ok.ArgsHash != q.ArgsHash || ok.Reason != "looks right" {
 		t.Errorf("approved event = %+v", ok)
