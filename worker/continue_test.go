@@ -169,13 +169,13 @@ func TestADecidedRunCaughtByAStopIsHandedToTheQueue(t *testing.T) {
 		t.Fatal("the decided run never went on")
 	}
 
+	drain, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
 	stopped := make(chan error, 1)
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-		defer cancel()
-		stopped <- b.pool.Stop(ctx)
-	}()
-	time.Sleep(400 * time.Millisecond) // the drain time is over: the pool's context is cancelled
+	go func() { stopped <- b.pool.Stop(drain) }()
+	<-drain.Done()
+	// The drain time is over: Stop cancels the pool's context as it sees it.
+	time.Sleep(200 * time.Millisecond)
 	close(release)
 	select {
 	case err := <-stopped:
