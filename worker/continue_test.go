@@ -38,6 +38,21 @@ func wakeUps(t *testing.T, b *bundle, runID string) func() int {
 	}
 }
 
+// approvedOnce checks how an approved one-draft run ended: its exact
+// trail, its one draft, every approval message settled, and wakes
+// wake-ups published on its resume subject (why: which ones).
+func approvedOnce(t *testing.T, b *bundle, evs []events.Event, woken func() int, wakes int, why string) {
+	t.Helper()
+	assertTrail(t, evs, oneDraftApproved())
+	if files := outboxFiles(t, b.outbox); len(files) != 1 {
+		t.Errorf("outbox = %v, want the one approved draft", files)
+	}
+	consumerSettled(t, b, journal.StreamApprovals, journal.ConsumerApprovals)
+	if n := woken(); n != wakes {
+		t.Errorf("%d wake-ups published, want %d (%s)", n, wakes, why)
+	}
+}
+
 // A decision's run goes on at once in the process that decided it, under
 // the approval message's lease: no wake-up is published for the queue
 // (two writes of the work stream, a delivery and a second read of the run
@@ -53,15 +68,7 @@ func TestADecidedRunGoesOnWithoutAWakeUp(t *testing.T) {
 	} else {
 		b.publishApproval(runID, "s1c1", q.ArgsHash, "approve", "supervisor@cityops", "")
 	}
-	evs := b.waitEnd(runID)
-	assertTrail(t, evs, oneDraftApproved())
-	if files := outboxFiles(t, b.outbox); len(files) != 1 {
-		t.Errorf("outbox = %v, want the one approved draft", files)
-	}
-	consumerSettled(t, b, journal.StreamApprovals, journal.ConsumerApprovals)
-	if n := woken(); n != 0 {
-		t.Errorf("%d wake-ups published for a run its decision continued", n)
-	}
+	approvedOnce(t, b, b.waitEnd(runID), woken, 0, "none: the decision continued the run")
 }
 
 // A run that cannot go on after its decision (here its model panics once)
@@ -90,17 +97,9 @@ func TestARunThatCannotGoOnAfterItsDecisionIsHandedToTheQueue(t *testing.T) {
 	woken := wakeUps(t, b, runID)
 	_, q := draftRun(t, b, "handover-1")
 	b.publishApproval(runID, "s1c1", q.ArgsHash, "approve", "supervisor@cityops", "")
-	evs := b.waitEnd(runID)
-	assertTrail(t, evs, oneDraftApproved())
-	if files := outboxFiles(t, b.outbox); len(files) != 1 {
-		t.Errorf("outbox = %v, want the one approved draft", files)
-	}
+	approvedOnce(t, b, b.waitEnd(runID), woken, 1, "the one that handed the run over")
 	if n := proposals.Load(); n != 3 {
 		t.Errorf("model asked %d times, want 3 (the panic, then once more from the queue)", n)
-	}
-	consumerSettled(t, b, journal.StreamApprovals, journal.ConsumerApprovals)
-	if n := woken(); n != 1 {
-		t.Errorf("%d wake-ups published, want the one that handed the run over", n)
 	}
 	if !strings.Contains(b.logs.String(), "handed to the queue") {
 		t.Errorf("the hand-over is not logged:\n%s", b.logs.String())
@@ -128,17 +127,10 @@ func TestARunWhoseWorkerDiesAfterItsDecisionIsWokenByTheRedelivery(t *testing.T)
 	_, q := draftRun(t, b, "continue-dies-1")
 	b.publishApproval(runID, "s1c1", q.ArgsHash, "approve", "supervisor@cityops", "")
 	evs := b.waitEnd(runID)
-	assertTrail(t, evs, oneDraftApproved())
 	if deaths.Load() != 1 {
 		t.Fatalf("the worker died %d times after the decision, want once", deaths.Load())
 	}
-	if files := outboxFiles(t, b.outbox); len(files) != 1 {
-		t.Errorf("outbox = %v, want the one approved draft", files)
-	}
-	consumerSettled(t, b, journal.StreamApprovals, journal.ConsumerApprovals)
-	if n := woken(); n != 1 {
-		t.Errorf("%d wake-ups published, want the redelivered approval's one", n)
-	}
+	approvedOnce(t, b, evs, woken, 1, "the redelivered approval's one")
 }
 
 // A pool told to stop (SIGTERM) while it continues a run after its
@@ -190,13 +182,5 @@ func TestADecidedRunCaughtByAStopIsHandedToTheQueue(t *testing.T) {
 	}
 
 	b.startPool() // the next process
-	evs := b.waitEnd(runID)
-	assertTrail(t, evs, oneDraftApproved())
-	if files := outboxFiles(t, b.outbox); len(files) != 1 {
-		t.Errorf("outbox = %v, want the one approved draft", files)
-	}
-	consumerSettled(t, b, journal.StreamApprovals, journal.ConsumerApprovals)
-	if n := woken(); n != 1 {
-		t.Errorf("%d wake-ups published, want the one that handed the run over", n)
-	}
+	approvedOnce(t, b, b.waitEnd(runID), woken, 1, "the one that handed the run over")
 }
