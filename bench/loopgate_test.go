@@ -67,6 +67,7 @@ import (
 	"github.com/loopgate/loopgate/examples/cityops"
 	"github.com/loopgate/loopgate/internal/natstest"
 	"github.com/loopgate/loopgate/journal"
+	"github.com/loopgate/loopgate/natsd"
 	"github.com/loopgate/loopgate/tools"
 	"github.com/loopgate/loopgate/worker"
 )
@@ -160,6 +161,7 @@ type lgResult struct {
 	isRaw         bool
 	rawAppends    int
 	grouped       journal.GroupStats // what group commit did, summed over the pools' journals
+	procs         int                // GOMAXPROCS while it ran, if raised as loopgate serve does (0: the default)
 }
 
 func (r lgResult) eventsPerSec() float64 { return rate(r.events, r.elapsed) }
@@ -182,11 +184,16 @@ type lgTable struct {
 	order  []string
 	lines  map[string]lgResult
 	census map[string]string
+	procs  int // the default GOMAXPROCS
 }
 
+// put records a line, with the GOMAXPROCS it ran with if not the default.
 func (t *lgTable) put(key string, r lgResult) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if n := runtime.GOMAXPROCS(0); n != t.procs {
+		r.procs = n
+	}
 	if _, ok := t.lines[key]; !ok {
 		t.order = append(t.order, key)
 	}
@@ -194,7 +201,7 @@ func (t *lgTable) put(key string, r lgResult) {
 }
 
 func BenchmarkLoopgate(b *testing.B) {
-	table := &lgTable{lines: map[string]lgResult{}, census: map[string]string{}}
+	table := &lgTable{lines: map[string]lgResult{}, census: map[string]string{}, procs: runtime.GOMAXPROCS(0)}
 	for _, s := range syncSettings {
 		b.Run("sync="+s, func(b *testing.B) {
 			// The heap per active run, with the server in a child process:
@@ -219,6 +226,7 @@ func BenchmarkLoopgate(b *testing.B) {
 			raw := map[int]float64{}
 			for _, conc := range slices.Concat(concurrencies, *moreConc) {
 				b.Run(fmt.Sprintf("raw/conc=%d", conc), func(b *testing.B) {
+					serveProcs(b, s)
 					r := benchRawAppends(b, env.Journal, conc)
 					r.sync = s
 					raw[conc] = rate(r.rawAppends, r.elapsed)
@@ -231,6 +239,7 @@ func BenchmarkLoopgate(b *testing.B) {
 			// (raw/conc=C is), but the limit a pool with group commit has.
 			for _, conc := range slices.Concat(concurrencies, *moreConc) {
 				b.Run(fmt.Sprintf("raw,group-commit/conc=%d", conc), func(b *testing.B) {
+					serveProcs(b, s)
 					j, err := journal.New(b.Context(), env.JS, journal.WithGroupCommit(0))
 					if err != nil {
 						b.Fatal(err)
@@ -245,6 +254,7 @@ func BenchmarkLoopgate(b *testing.B) {
 			}
 			happyPath := func(v lgVariant, conc, pools int) {
 				b.Run(fmt.Sprintf("%s/conc=%d/pools=%d", v.name, conc, pools), func(b *testing.B) {
+					serveProcs(b, s)
 					r := benchHappyPath(b, srv, v, conc, pools, false)
 					r.sync, r.raw = s, raw[conc]
 					if r.raw > 0 {
@@ -361,6 +371,14 @@ func groupLabel(g journal.GroupStats) string {
 	return fmt.Sprintf(", group commit (%.1f events/batch, %.1f ms/batch, %d alone, %d refused)", eventsPerBatch(g), ms, g.Alone, g.Refused)
 }
 
+// procsLabel names a GOMAXPROCS other than the default ("" for it).
+func procsLabel(procs int) string {
+	if procs == 0 {
+		return ""
+	}
+	return fmt.Sprintf(", GOMAXPROCS %d", procs)
+}
+
 // addGroupStats sums two journals' group commit counts (MaxShare: the
 // larger).
 func addGroupStats(a, b journal.GroupStats) journal.GroupStats {
@@ -382,6 +400,21 @@ func subGroupStats(after, before journal.GroupStats) journal.GroupStats {
 // off, LOOPGATE_BENCH_STAGE=0 staging alone.
 func groupCommitFor(syncInterval string) bool {
 	return syncInterval == "always" && os.Getenv("LOOPGATE_BENCH_GROUP") != "0"
+}
+
+// serveProcs sets GOMAXPROCS, for the rest of a benchmark on the embedded
+// server in this process, as loopgate serve does with its embedded server
+// at the given fsync setting (natsd.Procs: twice the default with always),
+// raw lines included (one process, one setting). The testing package sets
+// GOMAXPROCS before each benchmark that has no sub-benchmarks, so each
+// such one calls it. LOOPGATE_BENCH_PROCS=0 leaves the default, for an A/B.
+func serveProcs(b *testing.B, syncInterval string) {
+	if os.Getenv("LOOPGATE_BENCH_PROCS") == "0" {
+		return
+	}
+	def := runtime.GOMAXPROCS(0)
+	runtime.GOMAXPROCS(natsd.Procs(syncInterval, def))
+	b.Cleanup(func() { runtime.GOMAXPROCS(def) })
 }
 
 // stageWith is worker.Config.StageEvents for pools with or without group
@@ -1174,7 +1207,7 @@ func (t *lgTable) String() string {
 			if r.where != "" {
 				name += ", server: " + r.where
 			}
-			name += groupLabel(r.grouped)
+			name += groupLabel(r.grouped) + procsLabel(r.procs)
 			ratio := "1.00"
 			if r.raw > 0 {
 				ratio = fmt.Sprintf("%.2f", rate(r.rawAppends, r.elapsed)/r.raw)
@@ -1194,7 +1227,7 @@ func (t *lgTable) String() string {
 		if r.where != "in-process" {
 			name += ", server: " + r.where
 		}
-		name += groupLabel(r.grouped)
+		name += groupLabel(r.grouped) + procsLabel(r.procs)
 		fmt.Fprintf(w, "%s\t%s\t%d\t%.0f\t%.0f\t%.1f\t%s\t%.2f\t%s\t%.1f\t%.1f\t\n",
 			r.sync, name, r.runs, r.eventsPerSec(), rate(r.steps, r.elapsed),
 			rate(r.runs, r.elapsed), ratio, r.ratioCeiling(), heap, float64(r.events)/float64(r.runs), float64(r.writes)/float64(r.runs))

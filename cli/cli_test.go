@@ -290,6 +290,13 @@ func TestServeRunsTasksFromAPlainNATSClientAndKeepsEventsAcrossRestart(t *testin
 	if logs := srv.stderr.String(); !strings.Contains(logs, `"group_commit":true`) {
 		t.Errorf("serve on its embedded server (sync always) did not turn group commit on:\n%s", logs)
 	}
+	// And it runs with twice the default GOMAXPROCS, unless the
+	// environment sets it.
+	if os.Getenv("GOMAXPROCS") == "" {
+		if procs, def := servingField(t, srv.stderr.String(), "gomaxprocs"), servingField(t, srv.stderr.String(), "gomaxprocs_default"); def < 1 || procs != 2*def {
+			t.Errorf("serve on its embedded server (sync always) runs with GOMAXPROCS %v, default %v; want twice the default", procs, def)
+		}
+	}
 	nc, err := nats.Connect(srv.url)
 	if err != nil {
 		t.Fatal(err)
@@ -350,6 +357,24 @@ func TestServeRunsTasksFromAPlainNATSClientAndKeepsEventsAcrossRestart(t *testin
 	if !strings.Contains(out.String(), "finished: done") || strings.Count(out.String(), "\n") < len(msgs) {
 		t.Fatalf("after restart the run is incomplete:\n%s", out.String())
 	}
+}
+
+// servingField is a number field of serve's "loopgate serving" log line
+// (JSON logs), or -1 if the line lacks it.
+func servingField(t *testing.T, logs, field string) float64 {
+	t.Helper()
+	for line := range strings.Lines(logs) {
+		var rec map[string]any
+		if json.Unmarshal([]byte(line), &rec) != nil || rec["msg"] != "loopgate serving" {
+			continue
+		}
+		if v, ok := rec[field].(float64); ok {
+			return v
+		}
+		return -1
+	}
+	t.Fatalf("no loopgate serving line in:\n%s", logs)
+	return -1
 }
 
 func collectAny(t *testing.T, nc *nats.Conn, publish func(), suffix string) *nats.Msg {

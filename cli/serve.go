@@ -6,10 +6,12 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"runtime"
 	"time"
 
 	"github.com/loopgate/loopgate/config"
 	"github.com/loopgate/loopgate/examples/cityops"
+	"github.com/loopgate/loopgate/natsd"
 )
 
 // serveFlags are shared by serve and worker.
@@ -112,6 +114,16 @@ func serve(ctx context.Context, e env, f serveFlags, workerOnly bool) int {
 	for _, w := range shortBudgets(cfg, o.ackWait) {
 		log.WarnContext(ctx, w)
 	}
+	procs := []any{"gomaxprocs", runtime.GOMAXPROCS(0)}
+	if os.Getenv("GOMAXPROCS") == "" {
+		runtime.SetDefaultGOMAXPROCS()
+		def := runtime.GOMAXPROCS(0)
+		if n := chooseProcs(f.natsURL == "", o.syncInterval, def); n != def {
+			runtime.GOMAXPROCS(n)
+			defer runtime.SetDefaultGOMAXPROCS()
+			procs = []any{"gomaxprocs", n, "gomaxprocs_default", def}
+		}
+	}
 	s, err := startStack(ctx, o)
 	if err != nil {
 		return fail(e, "%v", err)
@@ -120,8 +132,9 @@ func serve(ctx context.Context, e env, f serveFlags, workerOnly bool) int {
 	if s.srv != nil {
 		where = s.srv.ClientURL()
 	}
-	log.InfoContext(ctx, "loopgate serving", "nats", where, "embedded", s.srv != nil, "data", o.dataDir,
-		"workers", o.workers, "sync_interval", o.syncInterval, "group_commit", o.groupCommit, "agents", len(cfg.Agents), "tools", len(cfg.Tools))
+	log.InfoContext(ctx, "loopgate serving", append([]any{"nats", where, "embedded", s.srv != nil, "data", o.dataDir,
+		"workers", o.workers, "sync_interval", o.syncInterval, "group_commit", o.groupCommit, "agents", len(cfg.Agents), "tools", len(cfg.Tools)},
+		procs...)...)
 	if !workerOnly {
 		fmt.Fprintf(e.stdout, "loopgate serving on %s (data %s, %d workers); tasks go to loopgate.tasks.<tenant>\n", where, o.dataDir, o.workers)
 	}
@@ -138,6 +151,18 @@ func serve(ctx context.Context, e env, f serveFlags, workerOnly bool) int {
 	}
 	log.Info("stopped")
 	return exitOK
+}
+
+// chooseProcs is the GOMAXPROCS serve runs with, given the runtime's
+// default: with the embedded server at sync interval always, twice the
+// default (natsd.Procs says why); otherwise the default. Serve calls it only
+// when the GOMAXPROCS environment variable is unset: an operator's choice
+// stands.
+func chooseProcs(embedded bool, syncInterval string, def int) int {
+	if !embedded {
+		return def
+	}
+	return natsd.Procs(syncInterval, def)
 }
 
 // chooseGroupCommit resolves the group-commit setting ("auto", "on" or

@@ -140,6 +140,24 @@ func TestWorkerWaitsForNATSToComeUp(t *testing.T) {
 	}
 }
 
+func TestServeDoublesGOMAXPROCSOnlyForAnEmbeddedServerThatFsyncsEveryWrite(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		embedded  bool
+		sync      string
+		def, want int
+	}{
+		{true, "", 2, 4}, // the defaults: embedded, always
+		{true, "always", 1, 2},
+		{true, "2m", 2, 2},
+		{false, "always", 2, 2}, // the server is elsewhere
+	} {
+		if got := chooseProcs(c.embedded, c.sync, c.def); got != c.want {
+			t.Errorf("chooseProcs(embedded %v, %q, %d) = %d, want %d", c.embedded, c.sync, c.def, got, c.want)
+		}
+	}
+}
+
 func TestGroupCommitIsOnWhereEveryAppendIsAnFsync(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
