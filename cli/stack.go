@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -192,14 +194,31 @@ func untilJetStreamAnswers(ctx context.Context, log *slog.Logger, what string, s
 	}
 }
 
+// errCodeNoPeers is JetStream's "no suitable peers for placement" (the
+// jetstream package has no name for it); its description lists why.
+const errCodeNoPeers jetstream.ErrorCode = 10005
+
+// placementMisfits are the reasons of a placement error that waiting does
+// not fix: the servers lack room, or their tags do not fit the request.
+var placementMisfits = []string{"insufficient storage", "tag", "jetstream not enabled in cluster"}
+
 // jetStreamBusy reports whether err is NATS or JetStream not answering for
-// now: no server reachable, a timeout, no responders, or a 503 other than
-// "JetStream is not enabled". A refused login or a TLS error is not: it
-// will not go away by waiting.
+// now: no server reachable, a timeout, no responders, a 503 other than
+// "JetStream is not enabled", or a replicated stream or bucket that cannot
+// be placed on enough servers yet: one is down, or has not joined or been
+// heard from since the cluster started (make soak met it when workers
+// started the moment their cluster did). A refused login, a TLS error or
+// servers that lack room or the right tags are not: they will not go away
+// by waiting. (Neither will more replicas than the cluster has servers,
+// which looks the same as servers that have not joined yet: it is retried
+// until the patience runs out, with the server's reason in the log.)
 func jetStreamBusy(err error) bool {
 	var apiErr *jetstream.APIError
 	switch {
 	case errors.As(err, &apiErr):
+		if apiErr.ErrorCode == errCodeNoPeers {
+			return !slices.ContainsFunc(placementMisfits, func(r string) bool { return strings.Contains(apiErr.Description, r) })
+		}
 		return apiErr.Code == 503 && apiErr.ErrorCode != jetstream.JSErrCodeJetStreamNotEnabled &&
 			apiErr.ErrorCode != jetstream.JSErrCodeJetStreamNotEnabledForAccount
 	case errors.Is(err, nats.ErrNoServers),

@@ -26,6 +26,11 @@ func TestJetStreamBusyTellsWaitingFromFailing(t *testing.T) {
 		nats.ErrTimeout,
 		nats.ErrNoResponders,
 		&jetstream.APIError{Code: 503, ErrorCode: 10008, Description: "JetStream system temporarily unavailable"},
+		// A server of the cluster down, not joined yet, or just started and
+		// not yet heard from.
+		fmt.Errorf("journal: ensure stream LOOPGATE_WORK: %w",
+			&jetstream.APIError{Code: 400, ErrorCode: 10005, Description: "no suitable peers for placement, peer offline"}),
+		&jetstream.APIError{Code: 400, ErrorCode: 10005, Description: "no suitable peers for placement"},
 	}
 	for _, err := range busy {
 		if !jetStreamBusy(err) {
@@ -36,6 +41,9 @@ func TestJetStreamBusyTellsWaitingFromFailing(t *testing.T) {
 		jetstream.ErrJetStreamNotEnabled,
 		&jetstream.APIError{Code: 503, ErrorCode: jetstream.JSErrCodeJetStreamNotEnabledForAccount},
 		&jetstream.APIError{Code: 400, ErrorCode: 10058, Description: "stream name already in use with a different configuration"},
+		// Servers without room, or without the tags asked for.
+		&jetstream.APIError{Code: 400, ErrorCode: 10005, Description: "no suitable peers for placement, insufficient storage"},
+		&jetstream.APIError{Code: 400, ErrorCode: 10005, Description: "no suitable peers for placement, tags not matched ['zone:b']"},
 		errors.New("nats: permissions violation"),
 	}
 	for _, err := range failing {

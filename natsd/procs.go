@@ -14,7 +14,7 @@ import "cmp"
 // goroutines and the other streams are ready to run on: a fifth of each
 // stream's time went to waiting for a P. Twice the Ps let the kernel, not
 // the Go scheduler, share the cores; it raised the happy path's runs/s by
-// 15–20 % on two vCPUs. With an interval no fsync waits in an append and
+// 10–20 % on two vCPUs. With an interval no fsync waits in an append and
 // the process is bound by its CPU, where more Ps than cores only cost.
 func Procs(syncInterval string, current int) int {
 	if cmp.Or(syncInterval, SyncAlways) == SyncAlways {
