@@ -209,9 +209,9 @@ var placementMisfits = []string{"insufficient storage", "tag", "jetstream not en
 // heard from since the cluster started (make soak met it when workers
 // started the moment their cluster did). A refused login, a TLS error or
 // servers that lack room or the right tags are not: they will not go away
-// by waiting. (Neither will more replicas than the cluster has servers,
-// which looks the same as servers that have not joined yet: it is retried
-// until the patience runs out, with the server's reason in the log.)
+// by waiting. More replicas than the cluster has servers looks the same as
+// servers that have not joined yet, so it too is retried until the
+// patience runs out, with the server's reason in the log.
 func jetStreamBusy(err error) bool {
 	var apiErr *jetstream.APIError
 	switch {
