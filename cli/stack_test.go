@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/loopgate/loopgate/internal/natstest"
 	"github.com/loopgate/loopgate/journal"
 	"github.com/loopgate/loopgate/natsd"
 )
@@ -190,5 +191,63 @@ func TestGroupCommitIsOnWhereEveryAppendIsAnFsync(t *testing.T) {
 	}
 	if _, err := chooseGroupCommit("yes", true, "always", 1); err == nil || !strings.Contains(err.Error(), "--group-commit") {
 		t.Errorf("a bad setting = %v, want an error naming --group-commit", err)
+	}
+}
+
+// A worker started with --replicas 3 while a server of its cluster has not
+// joined the JetStream cluster yet (make soak met the like: workers started
+// with their cluster, before every server had been heard from) waits for
+// it instead of exiting, then creates the layout at three replicas.
+func TestWorkerWaitsForTheServersOfItsCluster(t *testing.T) {
+	c := natstest.StartClusterWith(t, natstest.ClusterOptions{NoLayout: true, JetStreamOff: []int{2}})
+	probe := jetstream.StreamConfig{Name: "PROBE", Subjects: []string{"probe"}, Replicas: 3}
+	var apiErr *jetstream.APIError
+	if _, err := c.JS.CreateStream(t.Context(), probe); !errors.As(err, &apiErr) || apiErr.ErrorCode != errCodeNoPeers {
+		t.Fatalf("an R3 stream on two JetStream servers of three: %v, want no suitable peers for placement", err)
+	}
+
+	waiting := make(chan struct{})
+	var once sync.Once
+	log := slog.New(recordingHandler{Handler: slog.DiscardHandler, seen: func(msg string) {
+		if strings.Contains(msg, "does not answer yet") {
+			once.Do(func() { close(waiting) })
+		}
+	}})
+	type started struct {
+		s   *stack
+		err error
+	}
+	done := make(chan started, 1)
+	go func() {
+		s, err := startStack(t.Context(), stackOptions{
+			natsURL: c.Servers[0].ClientURL() + "," + c.Servers[1].ClientURL(), replicas: 3, log: log})
+		done <- started{s, err}
+	}()
+	select {
+	case <-waiting:
+	case r := <-done:
+		t.Fatalf("with a server of the cluster not in it yet, startStack returned (err %v) instead of waiting", r.err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("startStack neither waited nor returned")
+	}
+
+	c.Shutdown(2)
+	c.Restart(t, 2) // now with JetStream
+	var r started
+	select {
+	case r = <-done:
+	case <-time.After(90 * time.Second):
+		t.Fatal("startStack did not finish within 90s of the third server joining")
+	}
+	if r.err != nil {
+		t.Fatalf("startStack after the third server joined: %v", r.err)
+	}
+	defer r.s.close(context.Background())
+	st, err := r.s.js.Stream(t.Context(), journal.StreamEvents)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := st.CachedInfo().Config.Replicas; n != 3 {
+		t.Errorf("%s has %d replicas, want 3", journal.StreamEvents, n)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"slices"
 	"testing"
 	"time"
 
@@ -34,7 +35,8 @@ func (c *Cluster) Shutdown(i int) {
 	c.Servers[i].WaitForShutdown()
 }
 
-// Restart starts server i again on its store, after Shutdown.
+// Restart starts server i again on its store, after Shutdown, with
+// JetStream (see ClusterOptions.JetStreamOff).
 func (c *Cluster) Restart(t testing.TB, i int) {
 	t.Helper()
 	s, err := server.NewServer(c.options[i]())
@@ -57,6 +59,13 @@ type ClusterOptions struct {
 	// Layout is passed to journal.Ensure, with Replicas 3. Defaults to the
 	// journal defaults with an AckWait of 5s.
 	Layout journal.Layout
+	// NoLayout leaves the cluster empty: StartClusterWith only waits for
+	// JetStream to answer, and the test ensures the layout itself.
+	NoLayout bool
+	// JetStreamOff lists servers (by index, not 0) that start without
+	// JetStream, as a server that has not joined the JetStream cluster
+	// yet; Restart starts them with it.
+	JetStreamOff []int
 }
 
 // StartCluster is StartClusterWith the default options.
@@ -66,7 +75,8 @@ func StartCluster(t testing.TB) *Cluster {
 }
 
 // StartClusterWith starts the cluster, waits for a meta leader and ensures
-// the layout with Replicas 3. Everything is shut down in t.Cleanup.
+// the layout with Replicas 3 (unless NoLayout). Everything is shut down in
+// t.Cleanup.
 func StartClusterWith(t testing.TB, o ClusterOptions) *Cluster {
 	t.Helper()
 	o.Layout.Replicas = 3
@@ -113,7 +123,9 @@ func StartClusterWith(t testing.TB, o ClusterOptions) *Cluster {
 	for i := range n {
 		store := t.TempDir()
 		c.options = append(c.options, func() *server.Options { return opts(i, ports[i], routes, store) })
-		s, err := server.NewServer(c.options[i]())
+		so := c.options[i]()
+		so.JetStream = !slices.Contains(o.JetStreamOff, i)
+		s, err := server.NewServer(so)
 		if err != nil {
 			t.Fatalf("natstest: cluster: %v", err)
 		}
@@ -138,7 +150,11 @@ func StartClusterWith(t testing.TB, o ClusterOptions) *Cluster {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
-		err = journal.Ensure(ctx, c.JS, o.Layout)
+		if o.NoLayout {
+			_, err = c.JS.AccountInfo(ctx) // answered once there is a meta leader
+		} else {
+			err = journal.Ensure(ctx, c.JS, o.Layout)
+		}
 		cancel()
 		if err == nil {
 			return c
