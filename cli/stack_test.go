@@ -95,6 +95,55 @@ func (h recordingHandler) Handle(_ context.Context, r slog.Record) error {
 	return nil
 }
 
+// waitingStack starts a stack with o (its logger replaced) and returns once
+// the stack says it is waiting for NATS; it fails the test if the stack
+// returns first. Its result arrives on the channel.
+func waitingStack(t *testing.T, o stackOptions, why string) <-chan startedStack {
+	t.Helper()
+	waiting := make(chan struct{})
+	var once sync.Once
+	o.log = slog.New(recordingHandler{Handler: slog.DiscardHandler, seen: func(msg string) {
+		if strings.Contains(msg, "does not answer yet") {
+			once.Do(func() { close(waiting) })
+		}
+	}})
+	done := make(chan startedStack, 1)
+	go func() {
+		s, err := startStack(t.Context(), o)
+		done <- startedStack{s, err}
+	}()
+	select {
+	case <-waiting:
+	case r := <-done:
+		t.Fatalf("with %s, startStack returned (err %v) instead of waiting", why, r.err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("startStack neither waited nor returned")
+	}
+	return done
+}
+
+type startedStack struct {
+	s   *stack
+	err error
+}
+
+// readyStack waits for a waiting stack to start, once what it waited for
+// is there; it closes the stack when the test ends.
+func readyStack(t *testing.T, done <-chan startedStack, within time.Duration, after string) *stack {
+	t.Helper()
+	var r startedStack
+	select {
+	case r = <-done:
+	case <-time.After(within):
+		t.Fatalf("startStack did not finish within %v of %s", within, after)
+	}
+	if r.err != nil {
+		t.Fatalf("startStack after %s: %v", after, r.err)
+	}
+	t.Cleanup(func() { r.s.close(context.Background()) })
+	return r.s
+}
+
 // A worker started while its NATS server is down waits for the server
 // instead of exiting, and is then ready like any other.
 func TestWorkerWaitsForNATSToComeUp(t *testing.T) {
@@ -105,47 +154,41 @@ func TestWorkerWaitsForNATSToComeUp(t *testing.T) {
 	addr := l.Addr().String()
 	l.Close() // nothing listens there now
 
-	waiting := make(chan struct{})
-	var once sync.Once
-	log := slog.New(recordingHandler{Handler: slog.DiscardHandler, seen: func(msg string) {
-		if strings.Contains(msg, "does not answer yet") {
-			once.Do(func() { close(waiting) })
-		}
-	}})
-	type started struct {
-		s   *stack
-		err error
-	}
-	done := make(chan started, 1)
-	go func() {
-		s, err := startStack(t.Context(), stackOptions{natsURL: "nats://" + addr, log: log})
-		done <- started{s, err}
-	}()
-	select {
-	case <-waiting:
-	case r := <-done:
-		t.Fatalf("with no server up, startStack returned (err %v) instead of waiting", r.err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("startStack neither waited nor returned")
-	}
-
+	done := waitingStack(t, stackOptions{natsURL: "nats://" + addr}, "no server up")
 	srv, err := natsd.Start(natsd.Config{Listen: addr, StoreDir: t.TempDir(), SyncInterval: "2m", Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer srv.Shutdown()
-	var r started
-	select {
-	case r = <-done:
-	case <-time.After(60 * time.Second):
-		t.Fatal("startStack did not connect within 60s of the server starting")
-	}
-	if r.err != nil {
-		t.Fatalf("startStack after the server came up: %v", r.err)
-	}
-	defer r.s.close(context.Background())
-	if _, err := r.s.js.Stream(t.Context(), journal.StreamEvents); err != nil {
+	s := readyStack(t, done, 60*time.Second, "the server starting")
+	if _, err := s.js.Stream(t.Context(), journal.StreamEvents); err != nil {
 		t.Errorf("the layout was not ensured once connected: %v", err)
+	}
+}
+
+// A worker started with --replicas 3 while a server of its cluster has not
+// joined the JetStream cluster yet (make soak met the like: workers started
+// with their cluster, before every server had been heard from) waits for
+// it instead of exiting, then creates the layout at three replicas.
+func TestWorkerWaitsForTheServersOfItsCluster(t *testing.T) {
+	c := natstest.StartClusterWith(t, natstest.ClusterOptions{NoLayout: true, JetStreamOff: []int{2}})
+	probe := jetstream.StreamConfig{Name: "PROBE", Subjects: []string{"probe"}, Replicas: 3}
+	var apiErr *jetstream.APIError
+	if _, err := c.JS.CreateStream(t.Context(), probe); !errors.As(err, &apiErr) || apiErr.ErrorCode != errCodeNoPeers {
+		t.Fatalf("an R3 stream on two JetStream servers of three: %v, want no suitable peers for placement", err)
+	}
+
+	done := waitingStack(t, stackOptions{natsURL: c.Servers[0].ClientURL() + "," + c.Servers[1].ClientURL(), replicas: 3},
+		"a server of the cluster not in it yet")
+	c.Shutdown(2)
+	c.Restart(t, 2) // now with JetStream
+	s := readyStack(t, done, 90*time.Second, "the third server joining")
+	st, err := s.js.Stream(t.Context(), journal.StreamEvents)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := st.CachedInfo().Config.Replicas; n != 3 {
+		t.Errorf("%s has %d replicas, want 3", journal.StreamEvents, n)
 	}
 }
 
@@ -191,63 +234,5 @@ func TestGroupCommitIsOnWhereEveryAppendIsAnFsync(t *testing.T) {
 	}
 	if _, err := chooseGroupCommit("yes", true, "always", 1); err == nil || !strings.Contains(err.Error(), "--group-commit") {
 		t.Errorf("a bad setting = %v, want an error naming --group-commit", err)
-	}
-}
-
-// A worker started with --replicas 3 while a server of its cluster has not
-// joined the JetStream cluster yet (make soak met the like: workers started
-// with their cluster, before every server had been heard from) waits for
-// it instead of exiting, then creates the layout at three replicas.
-func TestWorkerWaitsForTheServersOfItsCluster(t *testing.T) {
-	c := natstest.StartClusterWith(t, natstest.ClusterOptions{NoLayout: true, JetStreamOff: []int{2}})
-	probe := jetstream.StreamConfig{Name: "PROBE", Subjects: []string{"probe"}, Replicas: 3}
-	var apiErr *jetstream.APIError
-	if _, err := c.JS.CreateStream(t.Context(), probe); !errors.As(err, &apiErr) || apiErr.ErrorCode != errCodeNoPeers {
-		t.Fatalf("an R3 stream on two JetStream servers of three: %v, want no suitable peers for placement", err)
-	}
-
-	waiting := make(chan struct{})
-	var once sync.Once
-	log := slog.New(recordingHandler{Handler: slog.DiscardHandler, seen: func(msg string) {
-		if strings.Contains(msg, "does not answer yet") {
-			once.Do(func() { close(waiting) })
-		}
-	}})
-	type started struct {
-		s   *stack
-		err error
-	}
-	done := make(chan started, 1)
-	go func() {
-		s, err := startStack(t.Context(), stackOptions{
-			natsURL: c.Servers[0].ClientURL() + "," + c.Servers[1].ClientURL(), replicas: 3, log: log})
-		done <- started{s, err}
-	}()
-	select {
-	case <-waiting:
-	case r := <-done:
-		t.Fatalf("with a server of the cluster not in it yet, startStack returned (err %v) instead of waiting", r.err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("startStack neither waited nor returned")
-	}
-
-	c.Shutdown(2)
-	c.Restart(t, 2) // now with JetStream
-	var r started
-	select {
-	case r = <-done:
-	case <-time.After(90 * time.Second):
-		t.Fatal("startStack did not finish within 90s of the third server joining")
-	}
-	if r.err != nil {
-		t.Fatalf("startStack after the third server joined: %v", r.err)
-	}
-	defer r.s.close(context.Background())
-	st, err := r.s.js.Stream(t.Context(), journal.StreamEvents)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if n := st.CachedInfo().Config.Replicas; n != 3 {
-		t.Errorf("%s has %d replicas, want 3", journal.StreamEvents, n)
 	}
 }
