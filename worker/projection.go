@@ -3,6 +3,8 @@ package worker
 import (
 	"context"
 	"log/slog"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -81,10 +83,7 @@ func (p *projector) writePending(ctx context.Context) {
 	if len(queued) == 0 {
 		return
 	}
-	recs := make([]journal.RunRecord, 0, len(queued))
-	for _, rec := range queued {
-		recs = append(recs, rec)
-	}
+	recs := slices.Collect(maps.Values(queued))
 	// One batch for all of them where the bucket takes it (PutRuns).
 	if err := p.put(ctx, recs); err != nil {
 		p.log.WarnContext(ctx, "update run projection", "runs", len(recs), "err", err)
