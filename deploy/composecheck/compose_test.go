@@ -61,3 +61,85 @@ func TestComposeFileIsValidAndDescribesTheCluster(t *testing.T) {
 		t.Error("the cluster config must fsync every write")
 	}
 }
+
+// TestComposeBuildsTheServerItIsTestedWith checks that the nats nodes run
+// the nats-server that go.mod pins (built by the Dockerfile's nats stage),
+// not a registry image of another release, and that both images create,
+// as their non-root user, the directories compose mounts volumes on.
+func TestComposeBuildsTheServerItIsTestedWith(t *testing.T) {
+	path, err := filepath.Abs("../../compose.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts, err := cli.NewProjectOptions([]string{path}, cli.WithWorkingDirectory(filepath.Dir(path)), cli.WithOsEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := opts.LoadProject(context.Background())
+	if err != nil {
+		t.Fatalf("compose.yaml does not load: %v", err)
+	}
+	stages, last := dockerfileStages(t, "../../Dockerfile")
+	wantTarget := map[string]string{"nats-1": "nats", "nats-2": "nats", "nats-3": "nats", "worker": "loopgate"}
+	for name, target := range wantTarget {
+		s, err := p.GetService(name)
+		if err != nil {
+			t.Fatalf("service %s: %v", name, err)
+		}
+		if s.Build == nil {
+			t.Errorf("%s: image %q is pulled, want it built by the Dockerfile (target %s)", name, s.Image, target)
+			continue
+		}
+		if s.Build.Target != target {
+			t.Errorf("%s: build target %q, want %q", name, s.Build.Target, target)
+		}
+		if _, ok := stages[s.Build.Target]; !ok {
+			t.Errorf("%s: the Dockerfile has no stage %q (stages %v)", name, s.Build.Target, stages)
+		}
+		if s.Build.Context != filepath.Dir(path) {
+			t.Errorf("%s: build context %q, want the repository %q", name, s.Build.Context, filepath.Dir(path))
+		}
+	}
+	build := strings.Join(stages["build"], "\n")
+	if !strings.Contains(build, "go build -trimpath -o /out/nats-server github.com/nats-io/nats-server/v2") {
+		t.Error("the build stage does not build nats-server from go.mod's version")
+	}
+	for stage, dir := range map[string]string{"nats": "/data", "loopgate": "/var/lib/loopgate"} {
+		if !slices.ContainsFunc(stages[stage], func(l string) bool {
+			return strings.HasPrefix(l, "COPY ") && strings.Contains(l, "--chown=65532:65532") && strings.HasSuffix(l, " "+dir)
+		}) {
+			t.Errorf("stage %s does not create %s owned by the non-root user", stage, dir)
+		}
+	}
+	if last != "loopgate" {
+		t.Errorf("the Dockerfile's last stage is %q, want loopgate (the default target)", last)
+	}
+}
+
+// dockerfileStages returns the Dockerfile's instructions by stage name
+// (continuation lines joined, spaces collapsed) and the last stage's name.
+func dockerfileStages(t *testing.T, path string) (stages map[string][]string, last string) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := strings.ReplaceAll(string(b), "\\\n", " ")
+	stages = map[string][]string{}
+	for line := range strings.Lines(text) {
+		line = strings.Join(strings.Fields(line), " ")
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		if f := strings.Fields(line); f[0] == "FROM" {
+			last = ""
+			if len(f) == 4 && strings.EqualFold(f[2], "AS") {
+				last = f[3]
+			}
+			stages[last] = nil
+			continue
+		}
+		stages[last] = append(stages[last], line)
+	}
+	return stages, last
+}
