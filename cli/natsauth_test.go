@@ -77,6 +77,22 @@ func TestServeWithNATSConfigRunsAsWorkerAndEachRoleConnectsAsItself(t *testing.T
 	if !strings.Contains(out.String(), "finished") {
 		t.Errorf("audit printed no end:\n%s", out.String())
 	}
+	// auditor: loopgate runs, once the projection has the finished run.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		out, errOut = syncBuffer{}, syncBuffer{}
+		code := Main(ctx, []string{"runs", "--nats", srv.url}, nil, &out, &errOut)
+		if code != exitOK {
+			t.Fatalf("runs as auditor: exit %d\n%s%s", code, out.String(), errOut.String())
+		}
+		if strings.Contains(out.String(), "1 run (any tenant): finished 1 (done 1)") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("runs as auditor never listed the finished run:\n%s%s", out.String(), errOut.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 
 	// approver: loopgate pending.
 	t.Setenv("NATS_USER", "approver")
@@ -85,6 +101,12 @@ func TestServeWithNATSConfigRunsAsWorkerAndEachRoleConnectsAsItself(t *testing.T
 	out, errOut = syncBuffer{}, syncBuffer{}
 	if code := Main(ctx, []string{"pending", "--tenant", "cityops", "--nats", srv.url}, nil, &out, &errOut); code != exitOK {
 		t.Fatalf("pending as approver: exit %d\n%s%s", code, out.String(), errOut.String())
+	}
+	// The approver may not list runs: the refusal is named.
+	out, errOut = syncBuffer{}, syncBuffer{}
+	if code := Main(ctx, []string{"runs", "--nats", srv.url}, nil, &out, &errOut); code == exitOK ||
+		!strings.Contains(errOut.String(), "refused this user") || !strings.Contains(errOut.String(), "KV_loopgate_runs") {
+		t.Errorf("runs as approver: exit %d, want the refusal named\n%s%s", code, out.String(), errOut.String())
 	}
 
 	// upstream may not read the audit log: the refusal is named, not

@@ -273,16 +273,24 @@ func connect(ctx context.Context, url string) (*nats.Conn, jetstream.JetStream, 
 	}
 	j, err := journal.New(ctx, js)
 	if err != nil {
-		// A request the server refuses is never answered: say why it
-		// timed out.
-		if perr := nc.LastError(); errors.Is(perr, nats.ErrPermissionViolation) {
-			nc.Close()
-			return nil, nil, nil, fmt.Errorf("%s refused this user: %v (%w)", url, perr, err)
-		}
+		refused := refusal(nc, err)
 		nc.Close()
+		if refused != nil {
+			return nil, nil, nil, refused
+		}
 		return nil, nil, nil, fmt.Errorf("is loopgate running against %s? %w", url, err)
 	}
 	return nc, js, j, nil
+}
+
+// refusal explains err by the permission violation the server last
+// reported on nc, if any: a request the server refuses is never answered,
+// so what the client sees is only a timeout.
+func refusal(nc *nats.Conn, err error) error {
+	if perr := nc.LastError(); errors.Is(perr, nats.ErrPermissionViolation) {
+		return fmt.Errorf("%s refused this user: %v (%w)", nc.ConnectedUrlRedacted(), perr, err)
+	}
+	return nil
 }
 
 // natsAuth says how to authenticate to a NATS server that requires it

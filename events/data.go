@@ -2,6 +2,7 @@ package events
 
 import (
 	"encoding/json"
+	"slices"
 	"time"
 )
 
@@ -296,6 +297,16 @@ const (
 	ReasonCompletionUnverified Reason = "completion_unverified"
 	ReasonError                Reason = "error"
 )
+
+// Reasons returns every stop reason, in the order of the loop's diagram.
+func Reasons() []Reason {
+	return []Reason{ReasonDone, ReasonMaxSteps, ReasonMaxToolCalls, ReasonBudget, ReasonDeadline,
+		ReasonPermissionDenied, ReasonRepeatedCall, ReasonInvalidDecisions, ReasonCancelled,
+		ReasonCompletionUnverified, ReasonError}
+}
+
+// Valid reports whether r is one of the stop reasons.
+func (r Reason) Valid() bool { return slices.Contains(Reasons(), r) }
 
 // FinishedData: why and how a run ended.
 type FinishedData struct {

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/loopgate/loopgate/events"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -162,4 +163,53 @@ func (j *Journal) putEach(ctx context.Context, recs []RunRecord) error {
 		errs = append(errs, j.PutRun(ctx, r))
 	}
 	return errors.Join(errs...)
+}
+
+// Runs returns the runs projection's current record of every run of
+// tenant (every tenant if empty), in no particular order. It reads the
+// bucket's last message per key through one watcher, not a get per key.
+// The records trail the events by up to one projection flush (a quarter
+// second) and are best effort: a run's events stay its truth. A record
+// that does not decode is left out and named in the error, which then
+// comes with every record that did.
+func (j *Journal) Runs(ctx context.Context, tenant string) ([]RunRecord, error) {
+	kv, err := j.runsBucket(ctx)
+	if err != nil {
+		return nil, err
+	}
+	keys := ">"
+	if tenant != "" {
+		if !events.ValidToken(tenant) {
+			return nil, fmt.Errorf("journal: list runs: tenant %q is not a valid subject token", tenant)
+		}
+		keys = tenant + ".*"
+	}
+	w, err := kv.Watch(ctx, keys, jetstream.IgnoreDeletes())
+	if err != nil {
+		return nil, fmt.Errorf("journal: list runs: %w", err)
+	}
+	defer w.Stop()
+	var (
+		out []RunRecord
+		bad []error
+	)
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("journal: list runs: %w", ctx.Err())
+		case e, ok := <-w.Updates():
+			if !ok {
+				return nil, errors.New("journal: list runs: the watcher stopped")
+			}
+			if e == nil { // every key's current record has been delivered
+				return out, errors.Join(bad...)
+			}
+			var r RunRecord
+			if err := json.Unmarshal(e.Value(), &r); err != nil {
+				bad = append(bad, fmt.Errorf("journal: runs projection: record %s (revision %d) is not a run record: %w", e.Key(), e.Revision(), err))
+				continue
+			}
+			out = append(out, r)
+		}
+	}
 }

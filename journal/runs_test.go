@@ -3,6 +3,7 @@ package journal_test
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/loopgate/loopgate/internal/natstest"
@@ -92,5 +93,67 @@ func TestPutRunsRefusedWritesEachRecord(t *testing.T) {
 	}
 	if r, batch := b.get("other"); r.LastSeq != 2 || batch != "" {
 		t.Errorf("record other: seq %d batch %q, want seq 2 written on its own", r.LastSeq, batch)
+	}
+}
+
+// Runs lists each run's current record, by tenant or all; an update
+// replaces a run's record rather than adding one, and a record that is
+// not a run record is named in the error without hiding the others.
+func TestRunsListsEachRunsCurrentRecord(t *testing.T) {
+	t.Parallel()
+	env := natstest.Start(t)
+	ctx := t.Context()
+	if got, err := env.Journal.Runs(ctx, ""); err != nil || len(got) != 0 {
+		t.Fatalf("empty bucket: %v, %v; want no records, no error", got, err)
+	}
+	other := runRecord("elsewhere", 2)
+	other.Tenant = "globex"
+	for _, r := range []journal.RunRecord{runRecord("a", 1), runRecord("b", 1), runRecord("a", 6), other} {
+		if err := env.Journal.PutRun(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	byRun := func(recs []journal.RunRecord) map[string]journal.RunRecord {
+		m := map[string]journal.RunRecord{}
+		for _, r := range recs {
+			if _, dup := m[r.RunID]; dup {
+				t.Errorf("run %s listed twice", r.RunID)
+			}
+			m[r.RunID] = r
+		}
+		return m
+	}
+	all, err := env.Journal.Runs(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := byRun(all)
+	if len(got) != 3 || got["a"].LastSeq != 6 || got["b"].LastSeq != 1 || got["elsewhere"].Tenant != "globex" {
+		t.Errorf("every tenant: %+v; want a at seq 6, b at seq 1 and globex's run", all)
+	}
+	acme, err := env.Journal.Runs(ctx, "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := byRun(acme); len(got) != 2 || got["a"].Status != "seq-6" {
+		t.Errorf("tenant acme: %+v; want runs a (seq 6) and b only", acme)
+	}
+
+	kv, err := env.JS.KeyValue(ctx, journal.BucketRuns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx, "acme.junk", []byte("not json")); err != nil {
+		t.Fatal(err)
+	}
+	acme, err = env.Journal.Runs(ctx, "acme")
+	if err == nil || !strings.Contains(err.Error(), "acme.junk") {
+		t.Errorf("a record that is not a run record: error %v, want one naming acme.junk", err)
+	}
+	if len(acme) != 2 {
+		t.Errorf("with an unreadable record beside them, %d records listed, want the 2 readable ones", len(acme))
+	}
+	if _, err := env.Journal.Runs(ctx, "acme.>"); err == nil {
+		t.Error("a tenant that is not a subject token was accepted")
 	}
 }

@@ -249,7 +249,7 @@ func TestApproverDecidesItsTenantsCallsAndReadsPendingState(t *testing.T) {
 	}
 }
 
-func TestAuditorReadsEventsAndNothingElse(t *testing.T) {
+func TestAuditorReadsEventsAndRunsAndNothingElse(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	s := seed(t, b)
@@ -280,6 +280,17 @@ func TestAuditorReadsEventsAndNothingElse(t *testing.T) {
 	}
 	if m, err := evs.GetMsg(ctx, s.lastSeq); err != nil || m.Sequence != s.lastSeq {
 		t.Errorf("get event at seq %d as auditor: %v", s.lastSeq, err)
+	}
+	// loopgate runs: the projection a worker wrote, every tenant.
+	wj, err := journal.New(ctx, b.as(t, roleWorker).js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := wj.PutRun(ctx, journal.RunRecord{RunID: s.runID, Tenant: tenant, TaskID: "t", Agent: "a", Status: "finished", Reason: "done", LastSeq: 3}); err != nil {
+		t.Fatalf("put a run record as worker: %v", err)
+	}
+	if recs, err := j.Runs(ctx, ""); err != nil || len(recs) != 1 || recs[0].RunID != s.runID {
+		t.Errorf("list runs as auditor: %+v, %v; want the run %s", recs, err, s.runID)
 	}
 	ok.noViolations(t)
 
@@ -314,6 +325,9 @@ func TestAuditorReadsEventsAndNothingElse(t *testing.T) {
 	}
 	c.deniedPublish(t, "$JS.API.CONSUMER.MSG.NEXT.LOOPGATE_WORK.loopgate-workers",
 		c.jsRequest("$JS.API.CONSUMER.MSG.NEXT.LOOPGATE_WORK.loopgate-workers", `{"batch":1}`))
+	// The runs projection is read only.
+	c.deniedPublish(t, "$JS.API.STREAM.PURGE.KV_loopgate_runs", c.jsRequest("$JS.API.STREAM.PURGE.KV_loopgate_runs", `{}`))
+	c.deniedPublish(t, "$JS.API.STREAM.MSG.DELETE.KV_loopgate_runs", c.jsRequest("$JS.API.STREAM.MSG.DELETE.KV_loopgate_runs", `{"seq":1}`))
 	// The audit log itself is read only.
 	c.deniedPublish(t, "$JS.API.STREAM.PURGE.LOOPGATE_EVENTS", c.jsRequest("$JS.API.STREAM.PURGE.LOOPGATE_EVENTS", `{}`))
 	c.deniedPublish(t, "$JS.API.STREAM.MSG.DELETE.LOOPGATE_EVENTS", c.jsRequest("$JS.API.STREAM.MSG.DELETE.LOOPGATE_EVENTS", `{"seq":1}`))

@@ -1,0 +1,109 @@
+package cli
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/loopgate/loopgate/events"
+	"github.com/loopgate/loopgate/journal"
+	"github.com/nats-io/nats.go"
+)
+
+// loopgate runs counts the runs by status and stop reason and lists them,
+// the one still going (parked on its first draft) first; its filters and
+// bad flags behave as documented.
+func TestRunsCountsAndListsTheRunsByStatus(t *testing.T) {
+	t.Parallel()
+	srv := startServe(t, t.TempDir())
+	runs := func(args ...string) (int, string, string) {
+		var out, errOut bytes.Buffer
+		code := Main(t.Context(), append([]string{"runs", "--nats", srv.url}, args...), nil, &out, &errOut)
+		return code, out.String(), errOut.String()
+	}
+	if code, out, _ := runs(); code != exitOK || !strings.Contains(out, "no runs (any tenant)") {
+		t.Fatalf("before any task: exit %d\n%s", code, out)
+	}
+
+	for _, args := range [][]string{
+		{"--task-id", "r-runaway", "--agent", "runaway-assistant"},
+		{"--task-id", "r-dry", "--agent", "dry-run-assistant", "--dry-run"},
+	} {
+		var out, errOut bytes.Buffer
+		Main(t.Context(), append([]string{"submit", "--nats", srv.url}, args...), nil, &out, &errOut)
+	}
+	nc, err := nats.Connect(srv.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	publishTask(t, nc, plainTask("r-parked", "escalation-assistant"), "r-parked")
+	parked := events.RunID("cityops", "r-parked")
+
+	// The projection trails the events by up to a quarter second.
+	var recs []journal.RunRecord
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		code, out, errOut := runs("--json")
+		if code != exitOK {
+			t.Fatalf("runs --json: exit %d: %s", code, errOut)
+		}
+		recs = nil
+		for line := range strings.Lines(out) {
+			var r journal.RunRecord
+			if err := json.Unmarshal([]byte(line), &r); err != nil {
+				t.Fatalf("runs --json printed %q: %v", line, err)
+			}
+			recs = append(recs, r)
+		}
+		if len(recs) == 3 && recs[0].RunID == parked && recs[0].Status == "parked" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("runs --json never showed the parked run first among 3 runs:\n%s", out)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	reasons := map[string]string{}
+	for _, r := range recs[1:] {
+		if r.Status != "finished" {
+			t.Errorf("run %s (%s): status %q listed after the parked run, want finished", r.RunID, r.TaskID, r.Status)
+		}
+		reasons[r.TaskID] = r.Reason
+	}
+	if reasons["r-runaway"] != "max_steps" || reasons["r-dry"] != "done" {
+		t.Errorf("finished runs' reasons %v, want r-runaway max_steps and r-dry done", reasons)
+	}
+	if recs[1].Updated.Before(recs[2].Updated) {
+		t.Errorf("finished runs listed oldest first: %v then %v", recs[1].Updated, recs[2].Updated)
+	}
+
+	code, out, _ := runs()
+	for _, want := range []string{
+		"3 runs (any tenant): finished 2 (done 1, max_steps 1), parked 1",
+		"RUN", parked,
+	} {
+		if code != exitOK || !strings.Contains(out, want) {
+			t.Errorf("runs: exit %d, output lacks %q:\n%s", code, want, out)
+		}
+	}
+	if code, out, _ := runs("--status", "finished", "--limit", "1"); code != exitOK ||
+		!strings.Contains(out, "2 runs (any tenant, status finished): finished 2 (done 1, max_steps 1)") ||
+		!strings.Contains(out, "… and 1 more") || strings.Contains(out, parked) {
+		t.Errorf("runs --status finished --limit 1: exit %d:\n%s", code, out)
+	}
+	if code, out, _ := runs("--reason", "max_steps", "--json"); code != exitOK || strings.Count(out, "\n") != 1 ||
+		!strings.Contains(out, `"task_id":"r-runaway"`) {
+		t.Errorf("runs --reason max_steps --json: exit %d:\n%s", code, out)
+	}
+	if code, out, _ := runs("--tenant", "other"); code != exitOK || !strings.Contains(out, "no runs (tenant other)") {
+		t.Errorf("runs --tenant other: exit %d:\n%s", code, out)
+	}
+	for _, bad := range [][]string{{"--status", "stuck"}, {"--reason", "max-steps"}, {"--tenant", "a.b"}, {"--limit", "-1"}} {
+		if code, _, errOut := runs(bad...); code != exitError || !strings.Contains(errOut, bad[0]) {
+			t.Errorf("runs %v: exit %d, stderr %q; want exit %d naming %s", bad, code, errOut, exitError, bad[0])
+		}
+	}
+}
