@@ -15,6 +15,7 @@ require (
 	github.com/openai/openai-go/v3 v3.98.0
 	go.uber.org/goleak v1.3.0
 	golang.org/x/exp v0.0.0-20261113113407-e3970619a1a4
+	golang.org/x/sync v0.24.0
 	sigs.k8s.io/yaml v1.6.0
 )
 
@@ -46,7 +47,6 @@ require (
 	go.yaml.in/yaml/v2 v2.4.2 // indirect
 	go.yaml.in/yaml/v4 v4.0.0-rc.2 // indirect
 	golang.org/x/crypto v0.58.0 // indirect
-	golang.org/x/sync v0.24.0 // indirect
 	golang.org/x/sys v0.49.0 // indirect
 	golang.org/x/time v0.16.0 // indirect
 )

@@ -15,6 +15,7 @@ import (
 
 	"github.com/loopgate/loopgate/events"
 	"github.com/loopgate/loopgate/journal"
+	"golang.org/x/sync/errgroup"
 )
 
 // Run statuses as the workers write them in the runs projection.
@@ -76,25 +77,86 @@ func runRunsList(ctx context.Context, e env, args []string) int {
 		// Some records did not decode: say which, list the others.
 		fmt.Fprintf(e.stderr, "loopgate: runs: %v\n", err)
 	}
-	recs = slices.DeleteFunc(recs, func(r journal.RunRecord) bool {
+	runs, err := checkWithEvents(ctx, j, recs)
+	if err != nil {
+		return fail(e, "runs: %v", cmp.Or(refusal(nc, err), err))
+	}
+	runs = slices.DeleteFunc(runs, func(r listedRun) bool {
 		return (*status != "" && r.Status != *status) || (*reason != "" && r.Reason != *reason)
 	})
-	sortRuns(recs)
+	sortRuns(runs)
 	if *asJSON {
-		for _, r := range recs {
+		for _, r := range runs {
 			b, _ := json.Marshal(r)
 			fmt.Fprintln(e.stdout, string(b))
 		}
 		return exitOK
 	}
-	printRuns(e.stdout, recs, runsScope(*tenant, *status, *reason), *limit, time.Now())
+	printRuns(e.stdout, runs, runsScope(*tenant, *status, *reason), *limit, time.Now())
 	return exitOK
+}
+
+// listedRun is a run as loopgate runs shows it: its projection record,
+// brought up to date by its last event where the run is not finished.
+type listedRun struct {
+	journal.RunRecord
+	// Projected is the status the projection record says, when the
+	// events say otherwise: a worker process that stopped abruptly
+	// (kill -9) loses the updates it had not yet written, up to a quarter
+	// second's worth.
+	Projected string `json:"projected_status,omitempty"`
+}
+
+// checkWithEvents reads the last event of each run the projection does
+// not say is finished (one message get each, a few at a time) and takes
+// the run's status, last seq and last change from it. A finished record
+// is final: a run's finish is its last event.
+func checkWithEvents(ctx context.Context, j *journal.Journal, recs []journal.RunRecord) ([]listedRun, error) {
+	out := make([]listedRun, len(recs))
+	g, ctx := errgroup.WithContext(ctx)
+	g.SetLimit(16)
+	for i, rec := range recs {
+		out[i].RunRecord = rec
+		if rec.Status == statusFinished {
+			continue
+		}
+		g.Go(func() error {
+			ev, ok, err := j.Last(ctx, rec.Tenant, rec.RunID)
+			if err != nil || !ok {
+				return err
+			}
+			status, reason := statusOf(ev)
+			r := &out[i]
+			if status != rec.Status {
+				r.Projected = rec.Status
+			}
+			r.Status, r.Reason, r.LastSeq, r.Updated = status, reason, ev.Seq, ev.Time
+			return nil
+		})
+	}
+	return out, g.Wait()
+}
+
+// statusOf is the status a run is in after its event ev, and the reason
+// if that ends it.
+func statusOf(ev events.Event) (status, reason string) {
+	switch ev.Type {
+	case events.TypeFinished:
+		var d events.FinishedData
+		_ = json.Unmarshal(ev.Data, &d)
+		return statusFinished, string(d.Reason)
+	case events.TypeParked, events.TypeApprovalRejected:
+		// A message that decides nothing leaves the run parked.
+		return statusParked, ""
+	default:
+		return statusRunning, ""
+	}
 }
 
 // sortRuns puts the runs still going first, oldest update first, then the
 // finished ones, newest first.
-func sortRuns(recs []journal.RunRecord) {
-	slices.SortStableFunc(recs, func(a, b journal.RunRecord) int {
+func sortRuns(runs []listedRun) {
+	slices.SortStableFunc(runs, func(a, b listedRun) int {
 		af, bf := a.Status == statusFinished, b.Status == statusFinished
 		switch {
 		case af != bf:
@@ -124,9 +186,9 @@ func runsScope(tenant, status, reason string) string {
 	return strings.Join(parts, ", ")
 }
 
-// printRuns prints the counts of recs by status (and of the finished by
+// printRuns prints the counts of runs by status (and of the finished by
 // reason), then at most limit of them (0: all) as a table.
-func printRuns(w io.Writer, recs []journal.RunRecord, scope string, limit int, now time.Time) {
+func printRuns(w io.Writer, recs []listedRun, scope string, limit int, now time.Time) {
 	if len(recs) == 0 {
 		fmt.Fprintf(w, "no runs (%s)\n", scope)
 		return
@@ -157,13 +219,20 @@ func printRuns(w io.Writer, recs []journal.RunRecord, scope string, limit int, n
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "RUN\tTENANT\tAGENT\tSTATUS\tREASON\tEVENTS\tUPDATED")
+	fmt.Fprintln(tw, "RUN\tTENANT\tAGENT\tSTATUS\tREASON\tEVENTS\tLAST CHANGE")
 	for _, r := range shown {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s ago\n", r.RunID, r.Tenant, r.Agent, r.Status, cmp.Or(r.Reason, "-"), r.LastSeq, now.Sub(r.Updated).Round(time.Second))
+		status := r.Status
+		if r.Projected != "" {
+			status += "*"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s ago\n", r.RunID, r.Tenant, r.Agent, status, cmp.Or(r.Reason, "-"), r.LastSeq, now.Sub(r.Updated).Round(time.Second))
 	}
 	tw.Flush()
 	if more := len(recs) - len(shown); more > 0 {
 		fmt.Fprintf(w, "… and %d more (--limit 0 lists every run)\n", more)
 	}
-	fmt.Fprintln(w, "\nFrom the loopgate_runs projection, which trails the events by up to a quarter second; loopgate audit RUN replays a run's events.")
+	if stale := len(slices.DeleteFunc(slices.Clone(recs), func(r listedRun) bool { return r.Projected == "" })); stale > 0 {
+		fmt.Fprintf(w, "\n* %s: the projection's record is behind the run's events (a worker stopped before writing it); shown as the events say.\n", plural(stale, "run"))
+	}
+	fmt.Fprintln(w, "\nFrom the loopgate_runs projection; each run not finished there is checked against its last event. loopgate audit RUN replays a run's events.")
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/loopgate/loopgate/events"
 	"github.com/loopgate/loopgate/journal"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // loopgate runs counts the runs by status and stop reason and lists them,
@@ -101,6 +102,43 @@ func TestRunsCountsAndListsTheRunsByStatus(t *testing.T) {
 	if code, out, _ := runs("--tenant", "other"); code != exitOK || !strings.Contains(out, "no runs (tenant other)") {
 		t.Errorf("runs --tenant other: exit %d:\n%s", code, out)
 	}
+
+	// A worker killed before it wrote its last updates leaves records
+	// behind the events: here the finished runaway run's record says
+	// running, as it did at its start. The events decide what is shown.
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(t.Context(), journal.BucketRuns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runaway := events.RunID("cityops", "r-runaway")
+	stale, _ := json.Marshal(journal.RunRecord{RunID: runaway, Tenant: "cityops", TaskID: "r-runaway", Agent: "runaway-assistant",
+		Status: "running", LastSeq: 1, Updated: time.Now().Add(-time.Hour)})
+	if _, err := kv.Put(t.Context(), "cityops."+runaway, stale); err != nil {
+		t.Fatal(err)
+	}
+	code, out, _ = runs()
+	for _, want := range []string{
+		"3 runs (any tenant): finished 2 (done 1, max_steps 1), parked 1",
+		"finished*",
+		"* 1 run: the projection's record is behind the run's events",
+	} {
+		if code != exitOK || !strings.Contains(out, want) {
+			t.Errorf("runs with a stale record: exit %d, output lacks %q:\n%s", code, want, out)
+		}
+	}
+	if code, out, _ := runs("--status", "running", "--json"); code != exitOK || out != "" {
+		t.Errorf("runs --status running with the stale record: exit %d, listed\n%s", code, out)
+	}
+	_, out, _ = runs("--reason", "max_steps", "--json")
+	var shown listedRun
+	if err := json.Unmarshal([]byte(out), &shown); err != nil || shown.Projected != "running" || shown.LastSeq < 3 {
+		t.Errorf("runs --reason max_steps --json: %+v (%v), want the run as its events say, projected_status running", shown, err)
+	}
+
 	for _, bad := range [][]string{{"--status", "stuck"}, {"--reason", "max-steps"}, {"--tenant", "a.b"}, {"--limit", "-1"}} {
 		if code, _, errOut := runs(bad...); code != exitError || !strings.Contains(errOut, bad[0]) {
 			t.Errorf("runs %v: exit %d, stderr %q; want exit %d naming %s", bad, code, errOut, exitError, bad[0])

@@ -34,7 +34,8 @@ type RunRecord struct {
 
 // PutRun writes r under <tenant>.<run_id> in BucketRuns unless the bucket
 // already holds a record of the run with a greater LastSeq, so a late
-// writer cannot roll the projection back. It is best effort: the events
+// writer cannot roll the projection back, or one with the same LastSeq and
+// status, which would be a write for nothing. It is best effort: the events
 // stay the truth, and callers usually log an error rather than fail.
 func (j *Journal) PutRun(ctx context.Context, r RunRecord) error {
 	kv, err := j.runsBucket(ctx)
@@ -127,7 +128,7 @@ func (j *Journal) PutRuns(ctx context.Context, recs []RunRecord) error {
 }
 
 // runMessage is the conditional write of r over the bucket's current
-// record, or ok false if that record is newer.
+// record, or ok false if that record is newer or already says the same.
 func runMessage(ctx context.Context, kv jetstream.KeyValue, r RunRecord) (*nats.Msg, bool, error) {
 	if err := checkRun(r.Tenant, r.RunID); err != nil {
 		return nil, false, fmt.Errorf("journal: put run: %w", err)
@@ -145,8 +146,9 @@ func runMessage(ctx context.Context, kv jetstream.KeyValue, r RunRecord) (*nats.
 		return nil, false, fmt.Errorf("journal: put run %s: %w", key, err)
 	default:
 		var cur RunRecord
-		if json.Unmarshal(entry.Value(), &cur) == nil && cur.LastSeq > r.LastSeq {
-			return nil, false, nil
+		if json.Unmarshal(entry.Value(), &cur) == nil &&
+			(cur.LastSeq > r.LastSeq || cur.LastSeq == r.LastSeq && cur.Status == r.Status) {
+			return nil, false, nil // newer, or the same: nothing to write
 		}
 		rev = entry.Revision()
 	}

@@ -157,3 +157,43 @@ func TestRunsListsEachRunsCurrentRecord(t *testing.T) {
 		t.Error("a tenant that is not a subject token was accepted")
 	}
 }
+
+// A record that says what the stored one says is not written again: a
+// finished run's task delivered twice costs a read, not an fsynced write.
+func TestPutRunSkipsARecordThatChangesNothing(t *testing.T) {
+	t.Parallel()
+	env := natstest.Start(t)
+	ctx := t.Context()
+	kv, err := env.JS.KeyValue(ctx, journal.BucketRuns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	revision := func() uint64 {
+		e, err := kv.Get(ctx, "acme.same")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e.Revision()
+	}
+	if err := env.Journal.PutRun(ctx, runRecord("same", 4)); err != nil {
+		t.Fatal(err)
+	}
+	first := revision()
+	if err := env.Journal.PutRuns(ctx, []journal.RunRecord{runRecord("same", 4)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.Journal.PutRun(ctx, runRecord("same", 4)); err != nil {
+		t.Fatal(err)
+	}
+	if got := revision(); got != first {
+		t.Errorf("the same record was written again: revision %d, was %d", got, first)
+	}
+	changed := runRecord("same", 4)
+	changed.Status = "finished"
+	if err := env.Journal.PutRun(ctx, changed); err != nil {
+		t.Fatal(err)
+	}
+	if got := revision(); got == first {
+		t.Error("a record with a new status at the same seq was not written")
+	}
+}

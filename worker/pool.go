@@ -467,6 +467,9 @@ func (p *Pool) process(ctx context.Context, msg jetstream.Msg) (outcome, string)
 	}
 	if st.Finished != nil || st.Rejection != nil {
 		p.log.InfoContext(ctx, "task already has a run; nothing to do", "run_id", runID, "task_id", task.TaskID)
+		if st.Finished != nil {
+			p.putRun(ctx, st, task, "finished") // the finish's own update may have died with its worker
+		}
 		return settled, ""
 	}
 	r, err := p.newRun(st, last, task, limits)
@@ -527,6 +530,7 @@ func (p *Pool) resume(ctx context.Context, tenant, runID string) (outcome, strin
 		return rejected, "no such run"
 	}
 	if st.Finished != nil {
+		p.putRun(ctx, st, st.Started.Task, "finished") // as in process
 		return settled, ""
 	}
 	r, err := p.newRun(st, last, st.Started.Task, st.Started.Limits)

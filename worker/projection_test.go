@@ -31,6 +31,37 @@ func TestTheRunsProjectionFollowsTheRun(t *testing.T) {
 	}
 }
 
+// A finished run's record that its worker never wrote (killed within the
+// projection's quarter second) is written again when the run's task is
+// delivered once more, as it is when the worker dies before acknowledging
+// it.
+func TestARedeliveredFinishedRunRewritesItsRecord(t *testing.T) {
+	t.Parallel()
+	b := setup(t, oneDraft(t, "drafted"))
+	runID, q := draftRun(t, b, "projection-2")
+	b.publishApproval(runID, "s1c1", q.ArgsHash, "approve", "supervisor@cityops", "ok")
+	evs := b.waitEnd(runID)
+	waitRecord(t, b, runID, func(r journal.RunRecord) bool { return r.Status == "finished" })
+
+	kv, err := b.env.JS.KeyValue(t.Context(), journal.BucketRuns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale, _ := json.Marshal(journal.RunRecord{RunID: runID, Tenant: "cityops", TaskID: "projection-2", Agent: "one-draft", Status: "running", LastSeq: 1})
+	if _, err := kv.Put(t.Context(), "cityops."+runID, stale); err != nil {
+		t.Fatal(err)
+	}
+	payload, _ := json.Marshal(task("projection-2", "one-draft"))
+	b.publishRaw("cityops", payload, "projection-2-again") // another message id: not deduplicated
+	rec := waitRecord(t, b, runID, func(r journal.RunRecord) bool { return r.Status == "finished" })
+	if rec.Reason != "done" || rec.LastSeq != evs[len(evs)-1].Seq {
+		t.Errorf("record = %+v, want finished done at seq %d", rec, evs[len(evs)-1].Seq)
+	}
+	if got, _, err := b.env.Journal.Load(t.Context(), "cityops", runID); err != nil || len(got) != len(evs) {
+		t.Errorf("after the task's second delivery the run has %d events (%v), had %d", len(got), err, len(evs))
+	}
+}
+
 func waitRecord(t *testing.T, b *bundle, runID string, ok func(journal.RunRecord) bool) journal.RunRecord {
 	t.Helper()
 	kv, err := b.env.JS.KeyValue(t.Context(), journal.BucketRuns)
