@@ -85,10 +85,15 @@ func (j *Journal) runsBucket(ctx context.Context) (jetstream.KeyValue, error) {
 // quarter second) of every run that moved. A refused batch (a record
 // changed by another writer meanwhile, or no atomic publish) changes
 // nothing: its records are then written one by one with PutRun.
-func (j *Journal) PutRuns(ctx context.Context, recs []RunRecord) error {
+//
+// unwritten are the records that could not be written and may be tried
+// again (the stream did not answer, say, while a cluster elects a
+// leader); err says why, for those and for records that never can be (a
+// run id that is no subject token).
+func (j *Journal) PutRuns(ctx context.Context, recs []RunRecord) (unwritten []RunRecord, err error) {
 	kv, err := j.runsBucket(ctx)
 	if err != nil {
-		return err
+		return recs, err
 	}
 	var (
 		msgs []*nats.Msg
@@ -100,21 +105,36 @@ func (j *Journal) PutRuns(ctx context.Context, recs []RunRecord) error {
 			return
 		}
 		if len(msgs) == 1 || !j.runsBatch.Load() {
-			errs = append(errs, j.putEach(ctx, sent))
+			unwritten, errs = j.putEach(ctx, sent, unwritten, errs)
 		} else if _, err := j.publishBatch(ctx, "KV_"+BucketRuns, msgs); err != nil {
 			if isAPIError(err, codeBatchDisabled) {
 				j.runsBatch.Store(false)
 			}
-			errs = append(errs, j.putEach(ctx, sent))
+			unwritten, errs = j.putEach(ctx, sent, unwritten, errs)
 		}
 		msgs, sent = nil, nil
 	}
-	for _, r := range recs {
+	for i, r := range recs {
+		if err := checkRun(r.Tenant, r.RunID); err != nil {
+			errs = append(errs, fmt.Errorf("journal: put run: %w", err))
+			continue
+		}
 		m, ok, err := runMessage(ctx, kv, r)
 		switch {
 		case err != nil:
-			errs = append(errs, err)
-			continue
+			// The bucket did not answer: the records not yet read would
+			// wait as long each. They are all left for the next attempt.
+			errs = append(errs, fmt.Errorf("%w (the records after it not tried)", err))
+			unwritten = append(unwritten, r)
+			for _, rest := range recs[i+1:] {
+				if err := checkRun(rest.Tenant, rest.RunID); err != nil {
+					errs = append(errs, fmt.Errorf("journal: put run: %w", err))
+					continue
+				}
+				unwritten = append(unwritten, rest)
+			}
+			flush()
+			return unwritten, errors.Join(errs...)
 		case !ok:
 			continue // the bucket holds a newer record
 		}
@@ -124,7 +144,7 @@ func (j *Journal) PutRuns(ctx context.Context, recs []RunRecord) error {
 		}
 	}
 	flush()
-	return errors.Join(errs...)
+	return unwritten, errors.Join(errs...)
 }
 
 // runMessage is the conditional write of r over the bucket's current
@@ -158,13 +178,15 @@ func runMessage(ctx context.Context, kv jetstream.KeyValue, r RunRecord) (*nats.
 	return m, true, nil
 }
 
-// putEach writes records one by one with PutRun.
-func (j *Journal) putEach(ctx context.Context, recs []RunRecord) error {
-	var errs []error
+// putEach writes records one by one with PutRun, adding those it could
+// not write to unwritten and why to errs.
+func (j *Journal) putEach(ctx context.Context, recs, unwritten []RunRecord, errs []error) ([]RunRecord, []error) {
 	for _, r := range recs {
-		errs = append(errs, j.PutRun(ctx, r))
+		if err := j.PutRun(ctx, r); err != nil {
+			unwritten, errs = append(unwritten, r), append(errs, err)
+		}
 	}
-	return errors.Join(errs...)
+	return unwritten, errs
 }
 
 // Runs returns the runs projection's current record of every run of

@@ -55,7 +55,7 @@ func TestPutRunsWritesABurstInOneBatch(t *testing.T) {
 	for i := range 8 {
 		burst = append(burst, runRecord(fmt.Sprintf("new-%d", i), 3))
 	}
-	if err := env.Journal.PutRuns(ctx, burst); err != nil {
+	if unwritten, err := env.Journal.PutRuns(ctx, burst); err != nil || len(unwritten) > 0 {
 		t.Fatal(err)
 	}
 	if r, _ := b.get("newer"); r.LastSeq != 10 {
@@ -85,7 +85,7 @@ func TestPutRunsRefusedWritesEachRecord(t *testing.T) {
 	if err := env.Journal.PutRun(ctx, runRecord("twice", 1)); err != nil {
 		t.Fatal(err)
 	}
-	if err := env.Journal.PutRuns(ctx, []journal.RunRecord{runRecord("twice", 4), runRecord("twice", 3), runRecord("other", 2)}); err != nil {
+	if _, err := env.Journal.PutRuns(ctx, []journal.RunRecord{runRecord("twice", 4), runRecord("twice", 3), runRecord("other", 2)}); err != nil {
 		t.Fatal(err)
 	}
 	if r, batch := b.get("twice"); r.LastSeq != 4 || batch != "" {
@@ -179,7 +179,7 @@ func TestPutRunSkipsARecordThatChangesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	first := revision()
-	if err := env.Journal.PutRuns(ctx, []journal.RunRecord{runRecord("same", 4)}); err != nil {
+	if _, err := env.Journal.PutRuns(ctx, []journal.RunRecord{runRecord("same", 4)}); err != nil {
 		t.Fatal(err)
 	}
 	if err := env.Journal.PutRun(ctx, runRecord("same", 4)); err != nil {
@@ -195,5 +195,41 @@ func TestPutRunSkipsARecordThatChangesNothing(t *testing.T) {
 	}
 	if got := revision(); got == first {
 		t.Error("a record with a new status at the same seq was not written")
+	}
+}
+
+// Records the bucket did not take are handed back to be tried again; a
+// record that can never be written (a run id that is no subject token)
+// is not, and the error names both.
+func TestPutRunsHandsBackWhatTheBucketDidNotTake(t *testing.T) {
+	t.Parallel()
+	env := natstest.Start(t)
+	if _, err := env.Journal.Runs(t.Context(), ""); err != nil { // open the bucket while it answers
+		t.Fatal(err)
+	}
+	recs := []journal.RunRecord{runRecord("one", 1), runRecord("bad.id", 1), runRecord("two", 2), runRecord("three", 3)}
+	if err := env.JS.DeleteKeyValue(t.Context(), journal.BucketRuns); err != nil {
+		t.Fatal(err)
+	}
+	unwritten, err := env.Journal.PutRuns(t.Context(), recs)
+	if err == nil || !strings.Contains(err.Error(), "bad.id") {
+		t.Errorf("error %v, want one naming the run id that is no subject token", err)
+	}
+	var ids []string
+	for _, r := range unwritten {
+		ids = append(ids, r.RunID)
+	}
+	if strings.Join(ids, ",") != "one,two,three" {
+		t.Fatalf("handed back %v, want one, two and three", ids)
+	}
+	if err := journal.Ensure(t.Context(), env.JS, journal.Layout{}); err != nil { // the bucket is back
+		t.Fatal(err)
+	}
+	if again, err := env.Journal.PutRuns(t.Context(), unwritten); err != nil || len(again) > 0 {
+		t.Fatalf("second attempt: %v unwritten, %v", again, err)
+	}
+	got, err := env.Journal.Runs(t.Context(), "acme")
+	if err != nil || len(got) != 3 {
+		t.Errorf("after the second attempt the bucket lists %+v (%v), want the 3 records", got, err)
 	}
 }

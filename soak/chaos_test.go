@@ -148,6 +148,8 @@ func TestRandomKillsUnderLoad(t *testing.T) {
 	ov := checkOutbox(t, outbox, watch, 3*chaosRuns)
 	problems = append(problems, ov.problems...)
 	problems = append(problems, ap.trouble()...)
+	listing := checkRunsCommand(ctx, t, urls, runIDs)
+	problems = append(problems, listing.problems...)
 
 	var b strings.Builder
 	fmt.Fprintf(&b, "\nchaos soak: %d runs at %d/s, 3 nats-servers (R3, sync always), 2 worker processes x %d workers, ack-wait %s, seed %d\n",
@@ -161,6 +163,7 @@ func TestRandomKillsUnderLoad(t *testing.T) {
 		ap.approvalCount(), ap.eagerCount(), early)
 	fmt.Fprintf(&b, "  events %d (%d beyond the %d of undisturbed runs); drafts %d, put in place more than once %d; draft writes begun %d (a write killed before its link leaves a temp file: %d left)\n",
 		totalEvents, totalEvents-chaosRuns*happyEvents, chaosRuns*happyEvents, ov.drafts, ov.twice, ov.tempWrites, len(ov.leftovers))
+	fmt.Fprintf(&b, "  loopgate runs: %d problems; projection records behind their events (shown as the events say): %d\n", len(listing.problems), listing.behind)
 	keys := make([]string, 0, len(notables))
 	for k := range notables {
 		keys = append(keys, k)

@@ -306,6 +306,8 @@ func TestClusterSurvivesANodeAndAWorker(t *testing.T) {
 	ov := checkOutbox(t, outbox, watch, 3*clusterRuns)
 	problems = append(problems, ov.problems...)
 	problems = append(problems, ap.trouble()...)
+	listing := checkRunsCommand(ctx, t, urls, runIDs)
+	problems = append(problems, listing.problems...)
 
 	// The report.
 	samplesMu.Lock()
@@ -320,6 +322,7 @@ func TestClusterSurvivesANodeAndAWorker(t *testing.T) {
 		victim.name, verb, nodeKilled.Sub(began).Round(time.Millisecond), leaders, workers[0].name, verb, workerKilled.Sub(began).Round(time.Millisecond))
 	fmt.Fprintf(&b, "  finished: %v; events %d (%d beyond the %d of undisturbed runs); drafts %d, tool writes %d (%d interrupted, temp file left), drafts written twice %d; operations %d\n",
 		reasons, totalEvents, extraEvents, clusterRuns*happyEvents, ov.drafts, ov.tempWrites, len(ov.leftovers), ov.twice, v.ops)
+	fmt.Fprintf(&b, "  loopgate runs: %d problems; projection records behind their events (shown as the events say): %d\n", len(listing.problems), listing.behind)
 	keys := make([]string, 0, len(notables))
 	for k := range notables {
 		keys = append(keys, k)

@@ -1584,3 +1584,59 @@ func checkOutbox(t *testing.T, outbox string, watch *outboxWatch, want int) outb
 	}
 	return v
 }
+
+// runsListing is what `loopgate runs` says of a test's runs once they
+// have all finished.
+type runsListing struct {
+	problems []string
+	behind   int // records the projection had not caught up on (kill -9), shown as the events say
+}
+
+// checkRunsCommand runs `loopgate runs --json --limit 0`, as an operator
+// checks a deployment after a fault, and checks that it lists exactly
+// runIDs, each finished done.
+func checkRunsCommand(ctx context.Context, t *testing.T, urls []string, runIDs []string) runsListing {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	var out, errOut bytes.Buffer
+	cmd := exec.CommandContext(ctx, loopgateBinary(t), "runs", "--json", "--limit", "0", "--nats", strings.Join(urls, ","))
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	if err := cmd.Run(); err != nil {
+		return runsListing{problems: []string{fmt.Sprintf("loopgate runs: %v: %s", err, errOut.String())}}
+	}
+	var l runsListing
+	want := map[string]bool{}
+	for _, id := range runIDs {
+		want[id] = true
+	}
+	seen := map[string]bool{}
+	for line := range strings.Lines(out.String()) {
+		var r struct {
+			RunID     string `json:"run_id"`
+			Status    string `json:"status"`
+			Reason    string `json:"reason"`
+			Projected string `json:"projected_status"`
+		}
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			l.problems = append(l.problems, fmt.Sprintf("loopgate runs printed %q: %v", line, err))
+			continue
+		}
+		switch {
+		case !want[r.RunID]:
+			l.problems = append(l.problems, fmt.Sprintf("loopgate runs lists run %s, not one of the test's", r.RunID))
+		case seen[r.RunID]:
+			l.problems = append(l.problems, fmt.Sprintf("loopgate runs lists run %s twice", r.RunID))
+		case r.Status != "finished" || r.Reason != "done":
+			l.problems = append(l.problems, fmt.Sprintf("loopgate runs says run %s is %s %s, want finished done", r.RunID, r.Status, r.Reason))
+		}
+		seen[r.RunID] = true
+		if r.Projected != "" {
+			l.behind++
+		}
+	}
+	if len(seen) != len(runIDs) {
+		l.problems = append(l.problems, fmt.Sprintf("loopgate runs lists %d runs, want %d", len(seen), len(runIDs)))
+	}
+	return l
+}

@@ -20,7 +20,9 @@ import (
 // before it is written is never written), in one batch (the journal's
 // PutRuns), and the journal refuses to roll a record back.
 type projector struct {
-	put func(context.Context, []journal.RunRecord) error
+	// put writes records and returns those it could not write and may
+	// try again (journal.PutRuns).
+	put func(context.Context, []journal.RunRecord) ([]journal.RunRecord, error)
 	log *slog.Logger
 
 	mu      sync.Mutex
@@ -30,7 +32,7 @@ type projector struct {
 	done    chan struct{} // closed when the goroutine ends
 }
 
-func newProjector(put func(context.Context, []journal.RunRecord) error, log *slog.Logger) *projector {
+func newProjector(put func(context.Context, []journal.RunRecord) ([]journal.RunRecord, error), log *slog.Logger) *projector {
 	return &projector{put: put, log: log, pending: map[string]journal.RunRecord{},
 		kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 }
@@ -85,8 +87,26 @@ func (p *projector) writePending(ctx context.Context) {
 	}
 	recs := slices.Collect(maps.Values(queued))
 	// One batch for all of them where the bucket takes it (PutRuns).
-	if err := p.put(ctx, recs); err != nil {
-		p.log.WarnContext(ctx, "update run projection", "runs", len(recs), "err", err)
+	unwritten, err := p.put(ctx, recs)
+	if err != nil {
+		p.log.WarnContext(ctx, "update run projection", "runs", len(recs), "retry", len(unwritten), "err", err)
+	}
+	if len(unwritten) > 0 && ctx.Err() == nil {
+		// The bucket did not answer (a cluster electing a leader, say):
+		// try again at the next write, unless a newer record came. A run
+		// finished meanwhile would otherwise keep an old record, or none.
+		p.mu.Lock()
+		for _, rec := range unwritten {
+			key := rec.Tenant + "." + rec.RunID
+			if cur, ok := p.pending[key]; !ok || cur.LastSeq < rec.LastSeq {
+				p.pending[key] = rec
+			}
+		}
+		p.mu.Unlock()
+		select {
+		case p.kick <- struct{}{}:
+		default:
+		}
 	}
 }
 

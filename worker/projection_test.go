@@ -3,6 +3,7 @@ package worker_test
 import (
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -60,6 +61,30 @@ func TestARedeliveredFinishedRunRewritesItsRecord(t *testing.T) {
 	if got, _, err := b.env.Journal.Load(t.Context(), "cityops", runID); err != nil || len(got) != len(evs) {
 		t.Errorf("after the task's second delivery the run has %d events (%v), had %d", len(got), err, len(evs))
 	}
+}
+
+// An update the bucket did not take is tried again: here the bucket is
+// gone while the run parks, and comes back (as a cluster's stream does
+// once it has a leader again). Without the retry the run would have no
+// record at all.
+func TestAProjectionUpdateTheBucketRefusedIsTriedAgain(t *testing.T) {
+	t.Parallel()
+	b := setup(t, oneDraft(t, "drafted"))
+	if err := b.env.JS.DeleteKeyValue(t.Context(), journal.BucketRuns); err != nil {
+		t.Fatal(err)
+	}
+	runID, _ := draftRun(t, b, "projection-3")
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(b.logs.String(), "update run projection") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no failed projection update logged:\n%s", b.logs.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := journal.Ensure(t.Context(), b.env.JS, journal.Layout{}); err != nil {
+		t.Fatal(err)
+	}
+	waitRecord(t, b, runID, func(r journal.RunRecord) bool { return r.Status == "parked" })
 }
 
 func waitRecord(t *testing.T, b *bundle, runID string, ok func(journal.RunRecord) bool) journal.RunRecord {
