@@ -25,6 +25,11 @@ type projector struct {
 	put func(context.Context, []journal.RunRecord) ([]journal.RunRecord, error)
 	log *slog.Logger
 
+	// failingSince is when writes began to fail, zero while they succeed;
+	// warned is when that was last logged (at most every
+	// projectionWarnEvery). Only the run goroutine touches them.
+	failingSince, warned time.Time
+
 	mu      sync.Mutex
 	pending map[string]journal.RunRecord
 	kick    chan struct{} // one token: there is something pending
@@ -57,6 +62,10 @@ func (p *projector) update(rec journal.RunRecord) {
 // get and an fsynced write).
 const projectionDelay = 250 * time.Millisecond
 
+// projectionWarnEvery spaces the warnings of a projection that keeps
+// failing to be written.
+const projectionWarnEvery = 30 * time.Second
+
 // run writes queued records until close; ctx bounds each write.
 func (p *projector) run(ctx context.Context) {
 	defer close(p.done)
@@ -88,8 +97,20 @@ func (p *projector) writePending(ctx context.Context) {
 	recs := slices.Collect(maps.Values(queued))
 	// One batch for all of them where the bucket takes it (PutRuns).
 	unwritten, err := p.put(ctx, recs)
-	if err != nil {
-		p.log.WarnContext(ctx, "update run projection", "runs", len(recs), "retry", len(unwritten), "err", err)
+	now := time.Now()
+	switch {
+	case err != nil && (p.failingSince.IsZero() || now.Sub(p.warned) >= projectionWarnEvery):
+		// While the bucket does not answer, each try would log: say it
+		// when it starts and then now and then.
+		if p.failingSince.IsZero() {
+			p.failingSince = now
+		}
+		p.warned = now
+		p.log.WarnContext(ctx, "update run projection", "runs", len(recs), "retry", len(unwritten),
+			"failing_for", now.Sub(p.failingSince).Round(time.Second).String(), "err", err)
+	case err == nil && !p.failingSince.IsZero():
+		p.log.InfoContext(ctx, "run projection written again", "failed_for", now.Sub(p.failingSince).Round(time.Second).String())
+		p.failingSince = time.Time{}
 	}
 	if len(unwritten) > 0 && ctx.Err() == nil {
 		// The bucket did not answer (a cluster electing a leader, say):

@@ -85,6 +85,9 @@ func TestAProjectionUpdateTheBucketRefusedIsTriedAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitRecord(t, b, runID, func(r journal.RunRecord) bool { return r.Status == "parked" })
+	if logs := b.logs.String(); strings.Count(logs, "update run projection") > 1 || !strings.Contains(logs, "run projection written again") {
+		t.Errorf("want one warning while the bucket was gone and a word when writes came back:\n%s", logs)
+	}
 }
 
 func waitRecord(t *testing.T, b *bundle, runID string, ok func(journal.RunRecord) bool) journal.RunRecord {
