@@ -195,7 +195,8 @@ func (j *Journal) putEach(ctx context.Context, recs, unwritten []RunRecord, errs
 // The records trail the events by up to one projection flush (a quarter
 // second) and are best effort: a run's events stay its truth. A record
 // that does not decode is left out and named in the error, which then
-// comes with every record that did.
+// comes with every record that did (a non-nil slice, empty if none did);
+// an error with a nil slice means the listing itself failed.
 func (j *Journal) Runs(ctx context.Context, tenant string) ([]RunRecord, error) {
 	kv, err := j.runsBucket(ctx)
 	if err != nil {
@@ -226,6 +227,9 @@ func (j *Journal) Runs(ctx context.Context, tenant string) ([]RunRecord, error) 
 				return nil, errors.New("journal: list runs: the watcher stopped")
 			}
 			if e == nil { // every key's current record has been delivered
+				if out == nil {
+					out = []RunRecord{} // non-nil: the listing itself worked
+				}
 				return out, errors.Join(bad...)
 			}
 			var r RunRecord

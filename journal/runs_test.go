@@ -153,6 +153,12 @@ func TestRunsListsEachRunsCurrentRecord(t *testing.T) {
 	if len(acme) != 2 {
 		t.Errorf("with an unreadable record beside them, %d records listed, want the 2 readable ones", len(acme))
 	}
+	if _, err := kv.Put(ctx, "zeta.junk", []byte("{")); err != nil {
+		t.Fatal(err)
+	}
+	if zeta, err := env.Journal.Runs(ctx, "zeta"); err == nil || zeta == nil || len(zeta) != 0 {
+		t.Errorf("a tenant with only an unreadable record: %v (nil: %v), %v; want an empty, non-nil list and the error", zeta, zeta == nil, err)
+	}
 	if _, err := env.Journal.Runs(ctx, "acme.>"); err == nil {
 		t.Error("a tenant that is not a subject token was accepted")
 	}
