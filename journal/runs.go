@@ -189,6 +189,29 @@ func (j *Journal) putEach(ctx context.Context, recs, unwritten []RunRecord, errs
 	return unwritten, errs
 }
 
+// Run returns the runs projection's current record of one run; ok is
+// false if it has none.
+func (j *Journal) Run(ctx context.Context, tenant, runID string) (r RunRecord, ok bool, err error) {
+	if err := checkRun(tenant, runID); err != nil {
+		return RunRecord{}, false, fmt.Errorf("journal: run record: %w", err)
+	}
+	kv, err := j.runsBucket(ctx)
+	if err != nil {
+		return RunRecord{}, false, err
+	}
+	e, err := kv.Get(ctx, tenant+"."+runID)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		return RunRecord{}, false, nil
+	case err != nil:
+		return RunRecord{}, false, fmt.Errorf("journal: run record %s.%s: %w", tenant, runID, err)
+	}
+	if err := json.Unmarshal(e.Value(), &r); err != nil {
+		return RunRecord{}, false, fmt.Errorf("journal: run record %s.%s: %w", tenant, runID, err)
+	}
+	return r, true, nil
+}
+
 // Runs returns the runs projection's current record of every run of
 // tenant (every tenant if empty), in no particular order. It reads the
 // bucket's last message per key through one watcher, not a get per key.

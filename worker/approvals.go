@@ -422,11 +422,18 @@ func (p *Pool) continueRun(ctx context.Context, r *run, lease jetstream.Msg, wak
 	}
 	p.wg.Go(func() {
 		defer func() { <-p.continuing }()
+		ctx, waits := withProjectionWaits(ctx)
 		hbCtx, stopHeartbeat := context.WithCancel(ctx)
 		defer stopHeartbeat() // even if the worker dies (the crash hook's Goexit)
 		go p.heartbeat(hbCtx, lease)
 		o, reason := p.driveSafely(ctx, r)
 		stopHeartbeat()
+		if o == settled && !waits.none() {
+			// Its redelivery would wake the run, and the woken worker
+			// write the record a death here lost (see ackAfterProjection).
+			p.ackAfterProjection(ctx, lease, waits)
+			return
+		}
 		if o != settled {
 			// Even when the pool is stopping: the wake-up hands the run
 			// to another worker.

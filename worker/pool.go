@@ -151,6 +151,9 @@ type Pool struct {
 	cancel       context.CancelFunc
 	wg           sync.WaitGroup
 	projection   *projector
+	// acks are the acknowledgements waiting for the projection updates of
+	// their messages (ackAfterProjection); Stop waits for them after wg.
+	acks sync.WaitGroup
 	// continuing holds a token for each run going on right after its
 	// decision (continueRun): at most Workers at once.
 	continuing chan struct{}
@@ -328,12 +331,14 @@ func (p *Pool) Stop(ctx context.Context) error {
 	select {
 	case <-done:
 		p.projection.close(ctx) // the runs' last updates
+		p.acks.Wait()           // the acknowledgements that waited for them
 		p.cancel()
 		return nil
 	case <-ctx.Done():
 		p.cancel()
 		<-done
 		p.projection.close(ctx)
+		p.acks.Wait()
 		return ctx.Err()
 	}
 }
@@ -385,6 +390,7 @@ func (p *Pool) consume(ctx context.Context, iter jetstream.MessagesContext) {
 // handle works on one message and settles it. It never panics out: a
 // panic is logged and the message retried, never lost.
 func (p *Pool) handle(ctx context.Context, msg jetstream.Msg) {
+	ctx, waits := withProjectionWaits(ctx)
 	hbCtx, stopHeartbeat := context.WithCancel(ctx)
 	defer stopHeartbeat()
 	go p.heartbeat(hbCtx, msg)
@@ -405,9 +411,45 @@ func (p *Pool) handle(ctx context.Context, msg jetstream.Msg) {
 		// rather than leave it to rot in the stream.
 		o = p.giveUp(ctx, msg, reason)
 	}
+	if o == settled && !waits.none() {
+		p.ackAfterProjection(ctx, msg, waits)
+		return
+	}
 	if err := settle(msg, o, reason, p.opts.RetryDelay); err != nil {
 		p.log.WarnContext(ctx, "settle work message", "subject", msg.Subject(), "outcome", o.String(), "err", err)
 	}
+}
+
+// projectionAckWait bounds how long an acknowledgement waits for the
+// projection updates of its message.
+const projectionAckWait = 30 * time.Second
+
+// ackAfterProjection acknowledges msg, whose run is settled, once the
+// projection updates its handling queued are written (at most
+// projectionAckWait), heartbeating it meanwhile, without holding a
+// worker. The projector writes every quarter second, and a process killed
+// before that loses what it queued: with the message unacknowledged, it
+// comes back to another worker, which finds the run where it stands and
+// writes its record anew. So a kill -9 does not leave the projection
+// behind the events for good.
+func (p *Pool) ackAfterProjection(ctx context.Context, msg jetstream.Msg, waits *projectionWaits) {
+	p.acks.Go(func() {
+		hbCtx, stopHeartbeat := context.WithCancel(ctx)
+		defer stopHeartbeat()
+		go p.heartbeat(hbCtx, msg)
+		givenUp := waits.wait(projectionAckWait)
+		stopHeartbeat()
+		if givenUp {
+			// The pool stopped before the record could be written (the
+			// bucket not answering): another worker takes the message,
+			// finds the run where it stands, and writes it.
+			_ = msg.NakWithDelay(time.Second)
+			return
+		}
+		if err := msg.Ack(); err != nil {
+			p.log.WarnContext(ctx, "settle message", "subject", msg.Subject(), "err", err)
+		}
+	})
 }
 
 // processSafely is process, turning a panic into a retry: a panic is
@@ -515,9 +557,21 @@ func scheduled(msg jetstream.Msg) bool {
 // lost, or the answer came before the worker scheduled it) and fire an
 // approval TTL after the run's end: such a wake-up must not read the
 // whole run.
+//
+// Its projection record is checked (one get) and, if it is not the
+// finish's, written from the run: the worker that finished the run may
+// have died before writing it, leaving this message unacknowledged.
 func (p *Pool) finished(ctx context.Context, tenant, runID string) bool {
 	e, ok, err := p.journal.Last(ctx, tenant, runID)
-	return err == nil && ok && e.Type == events.TypeFinished
+	if err != nil || !ok || e.Type != events.TypeFinished {
+		return false
+	}
+	if rec, ok, err := p.journal.Run(ctx, tenant, runID); err == nil && (!ok || rec.Status != "finished" || rec.LastSeq != e.Seq) {
+		if _, st, _, err := p.readRun(ctx, tenant, runID); err == nil && st.Started != nil {
+			p.putRun(ctx, st, st.Started.Task, "finished")
+		}
+	}
+	return true
 }
 
 // resume continues a run woken through loopgate.resume.<tenant>.<run_id>.

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/loopgate/loopgate/journal"
@@ -32,14 +33,82 @@ type projector struct {
 
 	mu      sync.Mutex
 	pending map[string]journal.RunRecord
+	// writing holds the records of the write in progress, by key.
+	writing map[string]journal.RunRecord
+	// waiters wait, by key, for a record of at least their seq to be
+	// written (see written); closed says no more writes will come.
+	waiters map[string][]projectionWaiter
+	closed  bool
 	kick    chan struct{} // one token: there is something pending
 	stop    chan struct{} // closed by close: write what is pending, then end
 	done    chan struct{} // closed when the goroutine ends
 }
 
 func newProjector(put func(context.Context, []journal.RunRecord) ([]journal.RunRecord, error), log *slog.Logger) *projector {
-	return &projector{put: put, log: log, pending: map[string]journal.RunRecord{},
+	return &projector{put: put, log: log, pending: map[string]journal.RunRecord{}, waiters: map[string][]projectionWaiter{},
 		kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+}
+
+type projectionWaiter struct {
+	seq  uint64
+	wait *projectionWait
+}
+
+// projectionWait is one wait for a record: done is closed when the
+// projector has dealt with it, after setting dealt unless it gave up
+// (the pool stopping before the record could be written).
+type projectionWait struct {
+	done  chan struct{}
+	dealt atomic.Bool
+}
+
+func newProjectionWait() *projectionWait { return &projectionWait{done: make(chan struct{})} }
+
+func (w *projectionWait) finish(dealt bool) {
+	w.dealt.Store(dealt)
+	close(w.done)
+}
+
+// written returns a channel closed once the projector has dealt with a
+// record of key with LastSeq at least seq: written it, found a newer one
+// in the bucket, or given up on it for good (a record it can never
+// write; the projector closing). A work message is acknowledged only
+// then (see ackAfterProjection), so a worker that dies first leaves the
+// message to be delivered again, and the next worker writes the record.
+func (p *projector) written(key string, seq uint64) *projectionWait {
+	w := newProjectionWait()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	queued, inQueue := p.pending[key]
+	inFlight, inWrite := p.writing[key]
+	switch {
+	case inQueue && queued.LastSeq >= seq || inWrite && inFlight.LastSeq >= seq:
+		if p.closed {
+			w.finish(false) // it will not be written here
+			return w
+		}
+		p.waiters[key] = append(p.waiters[key], projectionWaiter{seq: seq, wait: w})
+	default:
+		w.finish(true) // nothing of that run left to write
+	}
+	return w
+}
+
+// release closes the waiters of key that rec satisfies. p.mu is held.
+func (p *projector) release(key string, rec journal.RunRecord) {
+	ws := p.waiters[key]
+	ws = slices.DeleteFunc(ws, func(w projectionWaiter) bool {
+		if w.seq <= rec.LastSeq {
+			w.wait.finish(true)
+			return true
+		}
+		return false
+	})
+	if len(ws) == 0 {
+		delete(p.waiters, key)
+	} else {
+		p.waiters[key] = ws
+	}
 }
 
 // update queues rec, replacing an older queued record of the same run.
@@ -90,6 +159,7 @@ func (p *projector) writePending(ctx context.Context) {
 	p.mu.Lock()
 	queued := p.pending
 	p.pending = make(map[string]journal.RunRecord, len(queued))
+	p.writing = queued
 	p.mu.Unlock()
 	if len(queued) == 0 {
 		return
@@ -112,18 +182,29 @@ func (p *projector) writePending(ctx context.Context) {
 		p.log.InfoContext(ctx, "run projection written again", "failed_for", now.Sub(p.failingSince).Round(time.Second).String())
 		p.failingSince = time.Time{}
 	}
-	if len(unwritten) > 0 && ctx.Err() == nil {
+	retry := len(unwritten) > 0 && ctx.Err() == nil
+	p.mu.Lock()
+	p.writing = nil
+	again := map[string]bool{}
+	if retry {
 		// The bucket did not answer (a cluster electing a leader, say):
 		// try again at the next write, unless a newer record came. A run
 		// finished meanwhile would otherwise keep an old record, or none.
-		p.mu.Lock()
 		for _, rec := range unwritten {
 			key := rec.Tenant + "." + rec.RunID
+			again[key] = true
 			if cur, ok := p.pending[key]; !ok || cur.LastSeq < rec.LastSeq {
 				p.pending[key] = rec
 			}
 		}
-		p.mu.Unlock()
+	}
+	for key, rec := range queued {
+		if !again[key] {
+			p.release(key, rec)
+		}
+	}
+	p.mu.Unlock()
+	if retry {
 		select {
 		case p.kick <- struct{}{}:
 		default:
@@ -131,11 +212,84 @@ func (p *projector) writePending(ctx context.Context) {
 	}
 }
 
-// close writes what is queued and stops, or gives up when ctx is done.
+// close writes what is queued and stops, or gives up when ctx is done;
+// either way no one waits for a record any longer: the records still
+// unwritten are given up (their messages go back to the queue, see
+// ackAfterProjection).
 func (p *projector) close(ctx context.Context) {
 	close(p.stop)
 	select {
 	case <-p.done:
 	case <-ctx.Done():
 	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.closed = true
+	for key, ws := range p.waiters {
+		for _, w := range ws {
+			w.wait.finish(false)
+		}
+		delete(p.waiters, key)
+	}
+}
+
+// projectionWaits collects, while a message is handled, the projection
+// updates its acknowledgement is to wait for (putRun adds them).
+type projectionWaits struct {
+	mu    sync.Mutex
+	waits []*projectionWait
+}
+
+type projectionWaitsKey struct{}
+
+// withProjectionWaits returns ctx carrying a new collection of waits.
+func withProjectionWaits(ctx context.Context) (context.Context, *projectionWaits) {
+	w := &projectionWaits{}
+	return context.WithValue(ctx, projectionWaitsKey{}, w), w
+}
+
+// addProjectionWait adds pw to the waits ctx carries, if any.
+func addProjectionWait(ctx context.Context, pw *projectionWait) {
+	if w, ok := ctx.Value(projectionWaitsKey{}).(*projectionWaits); ok {
+		w.mu.Lock()
+		w.waits = append(w.waits, pw)
+		w.mu.Unlock()
+	}
+}
+
+// wait waits for every update collected, at most max, and reports
+// whether the projector gave any up.
+func (w *projectionWaits) wait(max time.Duration) (givenUp bool) {
+	w.mu.Lock()
+	waits := w.waits
+	w.mu.Unlock()
+	timeout := time.NewTimer(max)
+	defer timeout.Stop()
+	for _, pw := range waits {
+		select {
+		case <-pw.done:
+			givenUp = givenUp || !pw.dealt.Load()
+		case <-timeout.C:
+			return givenUp // the bucket is slow: the record comes when it can
+		}
+	}
+	return givenUp
+}
+
+// none reports whether there is nothing left to wait for, and nothing
+// given up.
+func (w *projectionWaits) none() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, pw := range w.waits {
+		select {
+		case <-pw.done:
+			if !pw.dealt.Load() {
+				return false
+			}
+		default:
+			return false
+		}
+	}
+	return true
 }

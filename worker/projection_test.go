@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/loopgate/loopgate/events"
@@ -81,12 +82,129 @@ func TestAProjectionUpdateTheBucketRefusedIsTriedAgain(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	if err := journal.Ensure(t.Context(), b.env.JS, journal.Layout{}); err != nil {
-		t.Fatal(err)
-	}
+	bringBackRunsBucket(t, b)
 	waitRecord(t, b, runID, func(r journal.RunRecord) bool { return r.Status == "parked" })
 	if logs := b.logs.String(); strings.Count(logs, "update run projection") > 1 || !strings.Contains(logs, "run projection written again") {
 		t.Errorf("want one warning while the bucket was gone and a word when writes came back:\n%s", logs)
+	}
+}
+
+// A run's message is acknowledged only once the projection has its
+// record: until then a worker that dies leaves the message to come back,
+// and the next worker writes the record (TestARedeliveredFinishedRun…).
+// Here the bucket is gone while the run parks and finishes: its messages
+// stay unacknowledged, heartbeated, and are acknowledged once the records
+// are written after the bucket comes back.
+func TestARunsMessageIsAcknowledgedAfterItsRecordIsWritten(t *testing.T) {
+	t.Parallel()
+	b := setup(t, oneDraft(t, "drafted"))
+	if err := b.env.JS.DeleteKeyValue(t.Context(), journal.BucketRuns); err != nil {
+		t.Fatal(err)
+	}
+	runID, q := draftRun(t, b, "projection-4")
+	b.publishApproval(runID, "s1c1", q.ArgsHash, "approve", "supervisor@cityops", "ok")
+	b.waitEnd(runID)
+	unacked := func() int {
+		t.Helper()
+		n := 0
+		for _, name := range [][2]string{{journal.StreamWork, journal.ConsumerWorkers}, {journal.StreamApprovals, journal.ConsumerApprovals}} {
+			c, err := b.env.JS.Consumer(t.Context(), name[0], name[1])
+			if err != nil {
+				t.Fatal(err)
+			}
+			info, err := c.Info(t.Context())
+			if err != nil {
+				t.Fatal(err)
+			}
+			n += info.NumAckPending
+		}
+		return n
+	}
+	// Several projection writes (a quarter second apart) fail meanwhile.
+	// Held: the task's message (its park's record) and the approval's,
+	// under which the run went on to its end (its finish's record).
+	for range 6 {
+		if n := unacked(); n != 2 {
+			t.Fatalf("with the run's records unwritten, %d messages unacknowledged, want its two", n)
+		}
+		time.Sleep(150 * time.Millisecond)
+	}
+	bringBackRunsBucket(t, b)
+	waitRecord(t, b, runID, func(r journal.RunRecord) bool { return r.Status == "finished" })
+	deadline := time.Now().Add(10 * time.Second)
+	for unacked() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the run's message is still unacknowledged after its record was written")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// A pool that stops while the bucket does not take its last records hands
+// their messages back instead of acknowledging them: the pool started
+// next, with the bucket back, writes the records.
+func TestAPoolStoppingWithRecordsUnwrittenHandsTheirMessagesBack(t *testing.T) {
+	t.Parallel()
+	b := setup(t, oneDraft(t, "drafted"))
+	if err := b.env.JS.DeleteKeyValue(t.Context(), journal.BucketRuns); err != nil {
+		t.Fatal(err)
+	}
+	runID, q := draftRun(t, b, "projection-5")
+	b.publishApproval(runID, "s1c1", q.ArgsHash, "approve", "supervisor@cityops", "ok")
+	evs := b.waitEnd(runID)
+	b.stopPool()
+	bringBackRunsBucket(t, b)
+	b.startPool()
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Log(b.logs.String())
+		}
+	})
+	rec := waitRecord(t, b, runID, func(r journal.RunRecord) bool { return r.Status == "finished" })
+	if rec.LastSeq != evs[len(evs)-1].Seq {
+		t.Errorf("record = %+v, want the finish at seq %d", rec, evs[len(evs)-1].Seq)
+	}
+}
+
+// A scheduled wake-up that comes after its run's end (an expiry, a lease's
+// end) reads only the run's last event, and its projection record: if
+// that is not the finish's (its worker died before writing it), the run
+// is read and the record written.
+func TestALateScheduledWakeUpRewritesAFinishedRunsRecord(t *testing.T) {
+	t.Parallel()
+	b := setup(t, oneDraft(t, "drafted"))
+	runID, q := draftRun(t, b, "projection-6")
+	b.publishApproval(runID, "s1c1", q.ArgsHash, "approve", "supervisor@cityops", "ok")
+	evs := b.waitEnd(runID)
+	waitRecord(t, b, runID, func(r journal.RunRecord) bool { return r.Status == "finished" })
+	kv, err := b.env.JS.KeyValue(t.Context(), journal.BucketRuns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale, _ := json.Marshal(journal.RunRecord{RunID: runID, Tenant: "cityops", TaskID: "projection-6", Agent: "one-draft", Status: "parked", LastSeq: 3})
+	if _, err := kv.Put(t.Context(), "cityops."+runID, stale); err != nil {
+		t.Fatal(err)
+	}
+	// A wake-up the server publishes from a schedule, as for an expiry.
+	m := nats.NewMsg(journal.SchedulesPrefix + ".cityops." + runID + ".late")
+	m.Header.Set("Nats-Schedule", "@at "+time.Now().Add(time.Second).UTC().Truncate(time.Second).Add(time.Second).Format(time.RFC3339))
+	m.Header.Set("Nats-Schedule-Target", events.ResumeSubject("cityops", runID))
+	if _, err := b.env.JS.PublishMsg(t.Context(), m); err != nil {
+		t.Fatal(err)
+	}
+	rec := waitRecord(t, b, runID, func(r journal.RunRecord) bool { return r.Status == "finished" })
+	if rec.LastSeq != evs[len(evs)-1].Seq || rec.Reason != "done" {
+		t.Errorf("record = %+v, want finished done at seq %d", rec, evs[len(evs)-1].Seq)
+	}
+}
+
+// bringBackRunsBucket makes the deleted runs bucket again, as starting a
+// loopgate does, with the layout natstest made (its 5 s AckWait: the
+// default would lengthen the redeliveries the tests wait for).
+func bringBackRunsBucket(t *testing.T, b *bundle) {
+	t.Helper()
+	if err := journal.Ensure(t.Context(), b.env.JS, journal.Layout{AckWait: 5 * time.Second}); err != nil {
+		t.Fatal(err)
 	}
 }
 

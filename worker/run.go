@@ -373,6 +373,7 @@ func (p *Pool) putRun(ctx context.Context, st *events.RunState, task events.Task
 		rec.Reason = string(st.Finished.Reason)
 	}
 	p.projection.update(rec)
+	addProjectionWait(ctx, p.projection.written(rec.Tenant+"."+rec.RunID, rec.LastSeq))
 }
 
 // remember adds this run's exchange to its session: what it was asked,
