@@ -40,19 +40,9 @@ func TestTheRunsProjectionFollowsTheRun(t *testing.T) {
 func TestARedeliveredFinishedRunRewritesItsRecord(t *testing.T) {
 	t.Parallel()
 	b := setup(t, oneDraft(t, "drafted"))
-	runID, q := draftRun(t, b, "projection-2")
-	b.publishApproval(runID, "s1c1", q.ArgsHash, "approve", "supervisor@cityops", "ok")
-	evs := b.waitEnd(runID)
+	runID, evs := approvedDraftRun(t, b, "projection-2")
 	waitRecord(t, b, runID, func(r journal.RunRecord) bool { return r.Status == "finished" })
-
-	kv, err := b.env.JS.KeyValue(t.Context(), journal.BucketRuns)
-	if err != nil {
-		t.Fatal(err)
-	}
-	stale, _ := json.Marshal(journal.RunRecord{RunID: runID, Tenant: "cityops", TaskID: "projection-2", Agent: "one-draft", Status: "running", LastSeq: 1})
-	if _, err := kv.Put(t.Context(), "cityops."+runID, stale); err != nil {
-		t.Fatal(err)
-	}
+	putRecord(t, b, journal.RunRecord{RunID: runID, Tenant: "cityops", TaskID: "projection-2", Agent: "one-draft", Status: "running", LastSeq: 1})
 	payload, _ := json.Marshal(task("projection-2", "one-draft"))
 	b.publishRaw("cityops", payload, "projection-2-again") // another message id: not deduplicated
 	rec := waitRecord(t, b, runID, func(r journal.RunRecord) bool { return r.Status == "finished" })
@@ -71,9 +61,7 @@ func TestARedeliveredFinishedRunRewritesItsRecord(t *testing.T) {
 func TestAProjectionUpdateTheBucketRefusedIsTriedAgain(t *testing.T) {
 	t.Parallel()
 	b := setup(t, oneDraft(t, "drafted"))
-	if err := b.env.JS.DeleteKeyValue(t.Context(), journal.BucketRuns); err != nil {
-		t.Fatal(err)
-	}
+	deleteRunsBucket(t, b)
 	runID, _ := draftRun(t, b, "projection-3")
 	deadline := time.Now().Add(10 * time.Second)
 	for !strings.Contains(b.logs.String(), "update run projection") {
@@ -98,12 +86,8 @@ func TestAProjectionUpdateTheBucketRefusedIsTriedAgain(t *testing.T) {
 func TestARunsMessageIsAcknowledgedAfterItsRecordIsWritten(t *testing.T) {
 	t.Parallel()
 	b := setup(t, oneDraft(t, "drafted"))
-	if err := b.env.JS.DeleteKeyValue(t.Context(), journal.BucketRuns); err != nil {
-		t.Fatal(err)
-	}
-	runID, q := draftRun(t, b, "projection-4")
-	b.publishApproval(runID, "s1c1", q.ArgsHash, "approve", "supervisor@cityops", "ok")
-	b.waitEnd(runID)
+	deleteRunsBucket(t, b)
+	runID, _ := approvedDraftRun(t, b, "projection-4")
 	unacked := func() int {
 		t.Helper()
 		n := 0
@@ -146,12 +130,8 @@ func TestARunsMessageIsAcknowledgedAfterItsRecordIsWritten(t *testing.T) {
 func TestAPoolStoppingWithRecordsUnwrittenHandsTheirMessagesBack(t *testing.T) {
 	t.Parallel()
 	b := setup(t, oneDraft(t, "drafted"))
-	if err := b.env.JS.DeleteKeyValue(t.Context(), journal.BucketRuns); err != nil {
-		t.Fatal(err)
-	}
-	runID, q := draftRun(t, b, "projection-5")
-	b.publishApproval(runID, "s1c1", q.ArgsHash, "approve", "supervisor@cityops", "ok")
-	evs := b.waitEnd(runID)
+	deleteRunsBucket(t, b)
+	runID, evs := approvedDraftRun(t, b, "projection-5")
 	b.stopPool()
 	bringBackRunsBucket(t, b)
 	b.startPool()
@@ -173,18 +153,9 @@ func TestAPoolStoppingWithRecordsUnwrittenHandsTheirMessagesBack(t *testing.T) {
 func TestALateScheduledWakeUpRewritesAFinishedRunsRecord(t *testing.T) {
 	t.Parallel()
 	b := setup(t, oneDraft(t, "drafted"))
-	runID, q := draftRun(t, b, "projection-6")
-	b.publishApproval(runID, "s1c1", q.ArgsHash, "approve", "supervisor@cityops", "ok")
-	evs := b.waitEnd(runID)
+	runID, evs := approvedDraftRun(t, b, "projection-6")
 	waitRecord(t, b, runID, func(r journal.RunRecord) bool { return r.Status == "finished" })
-	kv, err := b.env.JS.KeyValue(t.Context(), journal.BucketRuns)
-	if err != nil {
-		t.Fatal(err)
-	}
-	stale, _ := json.Marshal(journal.RunRecord{RunID: runID, Tenant: "cityops", TaskID: "projection-6", Agent: "one-draft", Status: "parked", LastSeq: 3})
-	if _, err := kv.Put(t.Context(), "cityops."+runID, stale); err != nil {
-		t.Fatal(err)
-	}
+	putRecord(t, b, journal.RunRecord{RunID: runID, Tenant: "cityops", TaskID: "projection-6", Agent: "one-draft", Status: "parked", LastSeq: 3})
 	// A wake-up the server publishes from a schedule, as for an expiry.
 	m := nats.NewMsg(journal.SchedulesPrefix + ".cityops." + runID + ".late")
 	m.Header.Set("Nats-Schedule", "@at "+time.Now().Add(time.Second).UTC().Truncate(time.Second).Add(time.Second).Format(time.RFC3339))
@@ -195,6 +166,38 @@ func TestALateScheduledWakeUpRewritesAFinishedRunsRecord(t *testing.T) {
 	rec := waitRecord(t, b, runID, func(r journal.RunRecord) bool { return r.Status == "finished" })
 	if rec.LastSeq != evs[len(evs)-1].Seq || rec.Reason != "done" {
 		t.Errorf("record = %+v, want finished done at seq %d", rec, evs[len(evs)-1].Seq)
+	}
+}
+
+// approvedDraftRun runs the one-draft profile to its end, its draft
+// approved.
+func approvedDraftRun(t *testing.T, b *bundle, id string) (string, []events.Event) {
+	t.Helper()
+	runID, q := draftRun(t, b, id)
+	b.publishApproval(runID, "s1c1", q.ArgsHash, "approve", "supervisor@cityops", "ok")
+	return runID, b.waitEnd(runID)
+}
+
+// putRecord writes rec over the run's projection record, as a worker that
+// died before its last update leaves it.
+func putRecord(t *testing.T, b *bundle, rec journal.RunRecord) {
+	t.Helper()
+	kv, err := b.env.JS.KeyValue(t.Context(), journal.BucketRuns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, _ := json.Marshal(rec)
+	if _, err := kv.Put(t.Context(), rec.Tenant+"."+rec.RunID, data); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// deleteRunsBucket deletes the runs bucket: its writes fail until
+// bringBackRunsBucket.
+func deleteRunsBucket(t *testing.T, b *bundle) {
+	t.Helper()
+	if err := b.env.JS.DeleteKeyValue(t.Context(), journal.BucketRuns); err != nil {
+		t.Fatal(err)
 	}
 }
 

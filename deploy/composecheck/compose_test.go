@@ -16,7 +16,10 @@ import (
 	"github.com/compose-spec/compose-go/v2/types"
 )
 
-func TestComposeFileIsValidAndDescribesTheCluster(t *testing.T) {
+// loadProject loads ../../compose.yaml as docker compose does; dir is the
+// repository, where it resolves build contexts.
+func loadProject(t *testing.T) (p *types.Project, dir string) {
+	t.Helper()
 	path, err := filepath.Abs("../../compose.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -25,10 +28,15 @@ func TestComposeFileIsValidAndDescribesTheCluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := opts.LoadProject(context.Background())
+	p, err = opts.LoadProject(context.Background())
 	if err != nil {
 		t.Fatalf("compose.yaml does not load: %v", err)
 	}
+	return p, filepath.Dir(path)
+}
+
+func TestComposeFileIsValidAndDescribesTheCluster(t *testing.T) {
+	p, _ := loadProject(t)
 	for _, name := range []string{"nats-1", "nats-2", "nats-3", "worker"} {
 		if _, err := p.GetService(name); err != nil {
 			t.Errorf("service %s: %v", name, err)
@@ -67,18 +75,7 @@ func TestComposeFileIsValidAndDescribesTheCluster(t *testing.T) {
 // not a registry image of another release, and that both images create,
 // as their non-root user, the directories compose mounts volumes on.
 func TestComposeBuildsTheServerItIsTestedWith(t *testing.T) {
-	path, err := filepath.Abs("../../compose.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	opts, err := cli.NewProjectOptions([]string{path}, cli.WithWorkingDirectory(filepath.Dir(path)), cli.WithOsEnv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := opts.LoadProject(context.Background())
-	if err != nil {
-		t.Fatalf("compose.yaml does not load: %v", err)
-	}
+	p, repo := loadProject(t)
 	stages, last := dockerfileStages(t, "../../Dockerfile")
 	wantTarget := map[string]string{"nats-1": "nats", "nats-2": "nats", "nats-3": "nats", "worker": "loopgate"}
 	for name, target := range wantTarget {
@@ -96,8 +93,8 @@ func TestComposeBuildsTheServerItIsTestedWith(t *testing.T) {
 		if _, ok := stages[s.Build.Target]; !ok {
 			t.Errorf("%s: the Dockerfile has no stage %q (stages %v)", name, s.Build.Target, stages)
 		}
-		if s.Build.Context != filepath.Dir(path) {
-			t.Errorf("%s: build context %q, want the repository %q", name, s.Build.Context, filepath.Dir(path))
+		if s.Build.Context != repo {
+			t.Errorf("%s: build context %q, want the repository %q", name, s.Build.Context, repo)
 		}
 	}
 	build := strings.Join(stages["build"], "\n")
