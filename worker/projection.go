@@ -35,8 +35,8 @@ type projector struct {
 	pending map[string]journal.RunRecord
 	// writing holds the records of the write in progress, by key.
 	writing map[string]journal.RunRecord
-	// waiters wait, by key, for a record of at least their seq to be
-	// written (see written); closed says no more writes will come.
+	// waiters wait, by key, for a record of at least their seq (see
+	// written); closed says no more writes will come.
 	waiters map[string][]projectionWaiter
 	closed  bool
 	kick    chan struct{} // one token: there is something pending
@@ -69,11 +69,12 @@ func (w *projectionWait) finish(dealt bool) {
 	close(w.done)
 }
 
-// written returns a channel closed once the projector has dealt with a
-// record of key with LastSeq at least seq: written it, found a newer one
-// in the bucket, or given up on it for good (a record it can never
-// write; the projector closing). A work message is acknowledged only
-// then (see ackAfterProjection), so a worker that dies first leaves the
+// written returns a wait that ends once the projector is done with a
+// record of key with LastSeq at least seq: it wrote it, found a newer one
+// in the bucket, or found it can never be written (dealt is set), or it
+// stopped before it could write it (dealt is not). A message is
+// acknowledged only when every wait of its handling was dealt with (see
+// ackAfterProjection), so a worker that dies first, or stops, leaves the
 // message to be delivered again, and the next worker writes the record.
 func (p *projector) written(key string, seq uint64) *projectionWait {
 	w := newProjectionWait()
@@ -94,12 +95,13 @@ func (p *projector) written(key string, seq uint64) *projectionWait {
 	return w
 }
 
-// release closes the waiters of key that rec satisfies. p.mu is held.
-func (p *projector) release(key string, rec journal.RunRecord) {
+// release finishes the waits of key that rec answers: dealt with, or
+// given up. p.mu is held.
+func (p *projector) release(key string, rec journal.RunRecord, dealt bool) {
 	ws := p.waiters[key]
 	ws = slices.DeleteFunc(ws, func(w projectionWaiter) bool {
 		if w.seq <= rec.LastSeq {
-			w.wait.finish(true)
+			w.wait.finish(dealt)
 			return true
 		}
 		return false
@@ -185,22 +187,23 @@ func (p *projector) writePending(ctx context.Context) {
 	retry := len(unwritten) > 0 && ctx.Err() == nil
 	p.mu.Lock()
 	p.writing = nil
-	again := map[string]bool{}
-	if retry {
+	failed := map[string]bool{}
+	for _, rec := range unwritten {
+		key := rec.Tenant + "." + rec.RunID
+		failed[key] = true
 		// The bucket did not answer (a cluster electing a leader, say):
 		// try again at the next write, unless a newer record came. A run
 		// finished meanwhile would otherwise keep an old record, or none.
-		for _, rec := range unwritten {
-			key := rec.Tenant + "." + rec.RunID
-			again[key] = true
-			if cur, ok := p.pending[key]; !ok || cur.LastSeq < rec.LastSeq {
-				p.pending[key] = rec
-			}
+		if cur, ok := p.pending[key]; retry && (!ok || cur.LastSeq < rec.LastSeq) {
+			p.pending[key] = rec
 		}
 	}
 	for key, rec := range queued {
-		if !again[key] {
-			p.release(key, rec)
+		switch {
+		case !failed[key]:
+			p.release(key, rec, true)
+		case !retry: // the pool is stopping: another worker writes it
+			p.release(key, rec, false)
 		}
 	}
 	p.mu.Unlock()
