@@ -18,13 +18,6 @@ import (
 	"golang.org/x/sync/errgroup"
 )
 
-// Run statuses as the workers write them in the runs projection.
-const (
-	statusRunning  = "running"
-	statusParked   = "parked"
-	statusFinished = "finished"
-)
-
 // runRunsList is `loopgate runs`: the runs projection (loopgate_runs),
 // counted by status and stop reason, and listed: the runs still going,
 // oldest update first (where one that is stuck shows), then the finished
@@ -54,7 +47,7 @@ func runRunsList(ctx context.Context, e env, args []string) int {
 		return fail(e, "runs: --tenant %q is not a valid subject token", *tenant)
 	}
 	switch *status {
-	case "", statusRunning, statusParked, statusFinished:
+	case "", journal.RunRunning, journal.RunParked, journal.RunFinished:
 	default:
 		return fail(e, "runs: --status %q: want running, parked or finished", *status)
 	}
@@ -117,7 +110,7 @@ func checkWithEvents(ctx context.Context, j *journal.Journal, recs []journal.Run
 	g.SetLimit(16)
 	for i, rec := range recs {
 		out[i].RunRecord = rec
-		if rec.Status == statusFinished {
+		if rec.Status == journal.RunFinished {
 			continue
 		}
 		g.Go(func() error {
@@ -144,12 +137,12 @@ func statusOf(ev events.Event) (status, reason string) {
 	case events.TypeFinished:
 		var d events.FinishedData
 		_ = json.Unmarshal(ev.Data, &d)
-		return statusFinished, string(d.Reason)
+		return journal.RunFinished, string(d.Reason)
 	case events.TypeParked, events.TypeApprovalRejected:
 		// A message that decides nothing leaves the run parked.
-		return statusParked, ""
+		return journal.RunParked, ""
 	default:
-		return statusRunning, ""
+		return journal.RunRunning, ""
 	}
 }
 
@@ -157,7 +150,7 @@ func statusOf(ev events.Event) (status, reason string) {
 // finished ones, newest first.
 func sortRuns(runs []listedRun) {
 	slices.SortStableFunc(runs, func(a, b listedRun) int {
-		af, bf := a.Status == statusFinished, b.Status == statusFinished
+		af, bf := a.Status == journal.RunFinished, b.Status == journal.RunFinished
 		switch {
 		case af != bf:
 			if af {
@@ -196,14 +189,14 @@ func printRuns(w io.Writer, recs []listedRun, scope string, limit int, now time.
 	byStatus, byReason := map[string]int{}, map[string]int{}
 	for _, r := range recs {
 		byStatus[r.Status]++
-		if r.Status == statusFinished {
+		if r.Status == journal.RunFinished {
 			byReason[cmp.Or(r.Reason, "?")]++
 		}
 	}
 	var counts []string
 	for _, s := range slices.Sorted(maps.Keys(byStatus)) {
 		c := fmt.Sprintf("%s %d", s, byStatus[s])
-		if s == statusFinished {
+		if s == journal.RunFinished {
 			var rs []string
 			for _, r := range slices.Sorted(maps.Keys(byReason)) {
 				rs = append(rs, fmt.Sprintf("%s %d", r, byReason[r]))

@@ -21,8 +21,7 @@ type RunRecord struct {
 	Tenant string `json:"tenant"`
 	TaskID string `json:"task_id"`
 	Agent  string `json:"agent"`
-	// Status is the run's state as the worker names it (running, parked,
-	// finished, ...).
+	// Status is the run's state: RunRunning, RunParked or RunFinished.
 	Status string `json:"status"`
 	// Reason is why a finished run stopped (an events.Reason).
 	Reason string `json:"reason,omitempty"`
@@ -31,6 +30,13 @@ type RunRecord struct {
 	// Updated is when the writer produced this record, by its clock.
 	Updated time.Time `json:"updated"`
 }
+
+// The statuses of a RunRecord.
+const (
+	RunRunning  = "running"  // started or resumed, on a worker or in the queue
+	RunParked   = "parked"   // waiting for a human, holding no worker
+	RunFinished = "finished" // ended; Reason says why
+)
 
 // PutRun writes r under <tenant>.<run_id> in BucketRuns unless the bucket
 // already holds a record of the run with a greater LastSeq, so a late
@@ -114,27 +120,23 @@ func (j *Journal) PutRuns(ctx context.Context, recs []RunRecord) (unwritten []Ru
 		}
 		msgs, sent = nil, nil
 	}
-	for i, r := range recs {
+	stalled := false // the bucket did not answer: the rest would wait as long each
+	for _, r := range recs {
 		if err := checkRun(r.Tenant, r.RunID); err != nil {
 			errs = append(errs, fmt.Errorf("journal: put run: %w", err))
+			continue
+		}
+		if stalled {
+			unwritten = append(unwritten, r) // left for the next attempt
 			continue
 		}
 		m, ok, err := runMessage(ctx, kv, r)
 		switch {
 		case err != nil:
-			// The bucket did not answer: the records not yet read would
-			// wait as long each. They are all left for the next attempt.
+			stalled = true
 			errs = append(errs, fmt.Errorf("%w (the records after it not tried)", err))
 			unwritten = append(unwritten, r)
-			for _, rest := range recs[i+1:] {
-				if err := checkRun(rest.Tenant, rest.RunID); err != nil {
-					errs = append(errs, fmt.Errorf("journal: put run: %w", err))
-					continue
-				}
-				unwritten = append(unwritten, rest)
-			}
-			flush()
-			return unwritten, errors.Join(errs...)
+			continue
 		case !ok:
 			continue // the bucket holds a newer record
 		}

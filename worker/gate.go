@@ -218,7 +218,7 @@ func (r *run) parked(ctx context.Context, c *events.CallState) error {
 	if err := r.flush(ctx); err != nil {
 		return err
 	}
-	r.p.putRun(ctx, r.st, r.task, "parked")
+	r.p.putRun(ctx, r.st, r.task, journal.RunParked)
 	r.log.InfoContext(ctx, "run parked", "call_id", c.Call.ID, "tool", c.Call.Tool, "kind", q.Kind, "until", q.ExpiresAt)
 	return errParked
 }

@@ -510,7 +510,7 @@ func (p *Pool) process(ctx context.Context, msg jetstream.Msg) (outcome, string)
 	if st.Finished != nil || st.Rejection != nil {
 		p.log.InfoContext(ctx, "task already has a run; nothing to do", "run_id", runID, "task_id", task.TaskID)
 		if st.Finished != nil {
-			p.putRun(ctx, st, task, "finished") // the finish's own update may have died with its worker
+			p.putRun(ctx, st, task, journal.RunFinished) // the finish's own update may have died with its worker
 		}
 		return settled, ""
 	}
@@ -566,9 +566,9 @@ func (p *Pool) finished(ctx context.Context, tenant, runID string) bool {
 	if err != nil || !ok || e.Type != events.TypeFinished {
 		return false
 	}
-	if rec, ok, err := p.journal.Run(ctx, tenant, runID); err == nil && (!ok || rec.Status != "finished" || rec.LastSeq != e.Seq) {
+	if rec, ok, err := p.journal.Run(ctx, tenant, runID); err == nil && (!ok || rec.Status != journal.RunFinished || rec.LastSeq != e.Seq) {
 		if _, st, _, err := p.readRun(ctx, tenant, runID); err == nil && st.Started != nil {
-			p.putRun(ctx, st, st.Started.Task, "finished")
+			p.putRun(ctx, st, st.Started.Task, journal.RunFinished)
 		}
 	}
 	return true
@@ -584,7 +584,7 @@ func (p *Pool) resume(ctx context.Context, tenant, runID string) (outcome, strin
 		return rejected, "no such run"
 	}
 	if st.Finished != nil {
-		p.putRun(ctx, st, st.Started.Task, "finished") // as in process
+		p.putRun(ctx, st, st.Started.Task, journal.RunFinished) // as in process
 		return settled, ""
 	}
 	r, err := p.newRun(st, last, st.Started.Task, st.Started.Limits)

@@ -212,7 +212,7 @@ func (r *run) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	r.p.putRun(ctx, r.st, r.task, "running")
+	r.p.putRun(ctx, r.st, r.task, journal.RunRunning)
 	r.log.InfoContext(ctx, "run started", "task_id", r.task.TaskID, "principal", r.task.Principal.ID, "dry_run", r.task.DryRun)
 	return nil
 }
@@ -351,7 +351,7 @@ func (r *run) finish(ctx context.Context, s stop, final *events.FinalAnswer) err
 	if err != nil {
 		return err
 	}
-	r.p.putRun(ctx, r.st, r.task, "finished")
+	r.p.putRun(ctx, r.st, r.task, journal.RunFinished)
 	r.log.InfoContext(ctx, "run finished", "reason", s.reason, "detail", s.detail, "steps", r.st.Steps, "tool_calls", r.st.ToolCalls)
 	return nil
 }
