@@ -44,6 +44,7 @@ func commands() []command {
 		{"worker", "run workers only, against an external NATS (--nats required)", runWorker},
 		{"submit", "publish a task, follow its run to the end, print the answer", runSubmit},
 		{"audit", "replay one run's events from the stream", runAudit},
+		{"bench", "drive a running deployment with tasks; report runs/s, events/s against raw appends (--raw), and any run lost, stuck or broken", runBench},
 		{"runs", "count the runs by status and stop reason, and list them (stuck ones first)", runRunsList},
 		{"pending", "list the calls waiting for a human, each with its exact action", runPending},
 		{"approve", "approve one pending call (or answer an unknown outcome with --decision)", runApprove},

@@ -255,14 +255,15 @@ func (s *stack) close(ctx context.Context) error {
 }
 
 // connect is the client side for submit and audit: a connection and the
-// journal, nothing else. It authenticates as the environment says
+// journal, nothing else; extra options come last. It authenticates as the environment says
 // (authFromEnv), or as the URL does (nats://user:password@host:port).
-func connect(ctx context.Context, url string) (*nats.Conn, jetstream.JetStream, *journal.Journal, error) {
+func connect(ctx context.Context, url string, extra ...nats.Option) (*nats.Conn, jetstream.JetStream, *journal.Journal, error) {
 	opts, err := authFromEnv().options(true)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	nc, err := nats.Connect(url, append(opts, nats.Name("loopgate-cli"), nats.Timeout(5*time.Second))...)
+	opts = append(opts, nats.Name("loopgate-cli"), nats.Timeout(5*time.Second))
+	nc, err := nats.Connect(url, append(opts, extra...)...)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("connect to %s: %w", url, err)
 	}

@@ -192,6 +192,15 @@ const (
 	ExecArgsLost = "args_lost"
 )
 
+// RecordedResultReused is the message of an executed event whose ok
+// result is the operation's recorded one: an earlier attempt completed
+// it, and the tool was not run again.
+const RecordedResultReused = "the operation had already completed: its recorded result is returned and the tool was not run again"
+
+// DeadlinePassed is the error class of a transient executed event whose
+// attempt's lease was over before its tool started: the tool never ran.
+const DeadlinePassed = "deadline_passed"
+
 // ExecutedData: how one attempt ended.
 type ExecutedData struct {
 	Status      string          `json:"status"`

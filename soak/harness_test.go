@@ -34,6 +34,7 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/loopgate/loopgate/events"
+	"github.com/loopgate/loopgate/trail"
 )
 
 // tenant and agent of every task the soak submits: the CityOps happy path.
@@ -951,12 +952,7 @@ func (a *approver) trouble() []string {
 }
 
 // stored is one message of LOOPGATE_EVENTS as a plain reader sees it.
-type stored struct {
-	events.Event
-	StreamSeq uint64
-	Subject   string
-	MsgID     string
-}
+type stored = trail.Stored
 
 // readEvents reads every event under filter, in stream order, grouped by
 // run, through an ordered consumer. A read that fails (a cluster still
@@ -1018,178 +1014,43 @@ func readEventsOnce(ctx context.Context, js jetstream.JetStream, filter string) 
 	}
 }
 
-// opReport is what the events say about one write operation.
-type opReport struct {
-	CallID            string
-	Executing         int // write-ahead records (attempts begun)
-	FreshOK           int // executed ok by running the tool
-	ReusedOK          int // executed ok from the recorded result, tool not run
-	Unknown           int // executed unknown (an attempt's end was lost)
-	ReconciledApplied int
-	ReconciledNot     int
-	NotRun            int // executed transient, deadline_passed: the attempt's tool never started
-	OtherStatus       []string
-	Approved          int
-	Observed          int
-}
-
-// ran is how many times the events show the tool taking effect: a fresh
-// ok, or a reconcile that found the effect of a lost attempt.
-func (o *opReport) ran() int { return o.FreshOK + o.ReconciledApplied }
-
 // runReport is the verdict on one run's events.
 type runReport struct {
 	RunID    string
 	Events   int
 	Reason   events.Reason
-	Ops      map[string]*opReport // by operation id, draft_escalation only
-	Notables []string             // recovery events: unknown, reconciled, approval_rejected
+	Ops      map[string]*trail.Call // by operation id, draft_escalation only
+	Notables []string               // recovery events: unknown, reconciled, approval_rejected
 	Problems []string
 }
 
-// reusedMarker is how loopgate's executed event says the tool was not run
-// again because the operation's recorded result exists.
-const reusedMarker = "already completed"
-
-// checkRun checks the wire contract and the happy path's outcome on one
-// run's events: gapless seq from 1, unique UUID v7 event ids, each on its
-// own subject with Nats-Msg-Id <run>/<seq>, started first and one finished
-// done last, three approved drafts each executed at most once.
+// checkRun checks one run's events with trail (the wire contract: gapless
+// seq from 1, unique UUID v7 event ids, each on its own subject with
+// Nats-Msg-Id <run>/<seq>, started first and one finished last, no call
+// taking effect twice, no write begun again while an attempt's outcome
+// was unknown), then the happy path's outcome: finished done, three
+// approved drafts, each with one successful outcome and observed once.
 func checkRun(runID string, evs []stored) *runReport {
-	r := &runReport{RunID: runID, Events: len(evs), Ops: map[string]*opReport{}}
+	check := trail.New(tenant, runID)
+	for _, e := range evs {
+		check.Add(e)
+	}
+	v := check.Verdict()
+	r := &runReport{RunID: runID, Events: v.Events, Reason: v.Reason, Ops: map[string]*trail.Call{}, Problems: v.Problems}
 	bad := func(format string, args ...any) { r.Problems = append(r.Problems, fmt.Sprintf(format, args...)) }
-	if len(evs) == 0 {
+	switch {
+	case len(evs) == 0:
 		bad("no events")
 		return r
+	case v.End != events.TypeFinished:
+		bad("no finished event: the last is %s", evs[len(evs)-1].Type)
+	case v.Reason != events.ReasonDone:
+		bad("finished %s (%s), not done", v.Reason, v.Detail)
 	}
-	ids := map[string]bool{}
-	plain := make([]events.Event, len(evs))
-	finished := 0
-	for i, e := range evs {
-		plain[i] = e.Event
-		if e.Seq != uint64(i+1) {
-			bad("event %d (stream seq %d, %s) has seq %d: gap or duplicate", i+1, e.StreamSeq, e.Type, e.Seq)
-		}
-		if e.RunID != runID || e.Tenant != tenant {
-			bad("event %d belongs to %s/%s", e.Seq, e.Tenant, e.RunID)
-		}
-		if len(e.EventID) != 36 || e.EventID[14] != '7' || ids[e.EventID] {
-			bad("event %d has event id %q: want a unique UUID v7", e.Seq, e.EventID)
-		}
-		ids[e.EventID] = true
-		if want := events.EventSubject(tenant, runID, e.Type); e.Subject != want {
-			bad("event %d stored on %s, want %s", e.Seq, e.Subject, want)
-		}
-		if want := fmt.Sprintf("%s/%d", runID, e.Seq); e.MsgID != want {
-			bad("event %d has Nats-Msg-Id %q, want %q", e.Seq, e.MsgID, want)
-		}
-		if e.Type == events.TypeFinished {
-			finished++
-		}
-	}
-	if evs[0].Type != events.TypeStarted {
-		bad("first event is %s, not started", evs[0].Type)
-	}
-	if finished != 1 {
-		bad("%d finished events", finished)
-	}
-	lastEv := evs[len(evs)-1]
-	if lastEv.Type != events.TypeFinished {
-		bad("last event is %s, not finished", lastEv.Type)
-	} else {
-		var fd events.FinishedData
-		_ = lastEv.Decode(&fd)
-		r.Reason = fd.Reason
-		if fd.Reason != events.ReasonDone {
-			bad("finished %s (%s), not done", fd.Reason, fd.Detail)
-		}
-	}
-	if _, err := events.Fold(plain); err != nil {
-		bad("events do not fold: %v", err)
-	}
-
-	// Calls of the write tool, by call id, and their operations.
-	op := func(callID string) *opReport {
-		id := events.OperationID(runID, callID)
-		o, ok := r.Ops[id]
-		if !ok {
-			o = &opReport{CallID: callID}
-			r.Ops[id] = o
-		}
-		return o
-	}
-	for _, e := range evs {
-		if e.Tool != drafter {
-			// Reads: note how they recovered, nothing more to check.
-			switch e.Type {
-			case events.TypeExecuted:
-				var d events.ExecutedData
-				_ = e.Decode(&d)
-				if d.Status != events.ExecOK {
-					r.Notables = append(r.Notables, fmt.Sprintf("%d executed %s %s", e.Seq, d.Status, e.CallID))
-				}
-			case events.TypeApprovalRejected:
-				r.Notables = append(r.Notables, fmt.Sprintf("%d approval_rejected %s", e.Seq, e.CallID))
-			}
-			continue
-		}
-		switch e.Type {
-		case events.TypeValidated:
-			op(e.CallID)
-		case events.TypeApproved:
-			var d events.ApprovedData
-			_ = e.Decode(&d)
-			if d.Decision != "approve" {
-				bad("call %s decided %s, not approve", e.CallID, d.Decision)
-			}
-			op(e.CallID).Approved++
-		case events.TypeApprovalRejected:
-			var d events.ApprovalRejectedData
-			_ = e.Decode(&d)
-			r.Notables = append(r.Notables, fmt.Sprintf("%d approval_rejected %s %s", e.Seq, e.CallID, d.Class))
-		case events.TypeExecuting:
-			var d events.ExecutingData
-			_ = e.Decode(&d)
-			if d.OperationID != events.OperationID(runID, e.CallID) {
-				bad("executing %s names operation %s", e.CallID, d.OperationID)
-			}
-			op(e.CallID).Executing++
-		case events.TypeExecuted:
-			var d events.ExecutedData
-			_ = e.Decode(&d)
-			o := op(e.CallID)
-			switch {
-			case d.Status == events.ExecOK && strings.Contains(d.Message, reusedMarker):
-				o.ReusedOK++
-				r.Notables = append(r.Notables, fmt.Sprintf("%d executed ok (recorded result reused) %s", e.Seq, e.CallID))
-			case d.Status == events.ExecOK:
-				o.FreshOK++
-			case d.Status == events.ExecUnknown:
-				o.Unknown++
-				r.Notables = append(r.Notables, fmt.Sprintf("%d executed unknown %s", e.Seq, e.CallID))
-			case d.Status == events.ExecTransient && d.ErrorClass == "deadline_passed":
-				// The worker found the lease its executing event announced
-				// already over (it was starved, or the append waited out a
-				// failover) and did not start the tool: known not applied,
-				// so the next attempt needs no reconcile.
-				o.NotRun++
-				r.Notables = append(r.Notables, fmt.Sprintf("%d executed transient (deadline passed, not run) %s", e.Seq, e.CallID))
-			default:
-				o.OtherStatus = append(o.OtherStatus, d.Status)
-				r.Notables = append(r.Notables, fmt.Sprintf("%d executed %s %s", e.Seq, d.Status, e.CallID))
-			}
-		case events.TypeReconciled:
-			var d events.ReconciledData
-			_ = e.Decode(&d)
-			o := op(e.CallID)
-			if d.Applied {
-				o.ReconciledApplied++
-			} else {
-				o.ReconciledNot++
-			}
-			r.Notables = append(r.Notables, fmt.Sprintf("%d reconciled applied=%v %s%s", e.Seq, d.Applied, e.CallID, map[bool]string{true: " error " + d.Error, false: ""}[d.Error != ""]))
-		case events.TypeObserved:
-			op(e.CallID).Observed++
+	r.Notables = notables(evs)
+	for _, call := range v.Calls {
+		if call.Tool == drafter {
+			r.Ops[cmp.Or(call.OperationID, events.OperationID(runID, call.CallID))] = call
 		}
 	}
 	if len(r.Ops) != 3 {
@@ -1201,17 +1062,50 @@ func checkRun(runID string, evs []stored) *runReport {
 			bad("op %s (%s): approved %d times", id, o.CallID, o.Approved)
 		case o.Observed != 1:
 			bad("op %s (%s): observed %d times", id, o.CallID, o.Observed)
-		case o.ran() > 1:
-			bad("op %s (%s): the tool took effect %d times (fresh ok %d, reconciled applied %d)", id, o.CallID, o.ran(), o.FreshOK, o.ReconciledApplied)
 		case o.FreshOK+o.ReusedOK+o.ReconciledApplied != 1:
-			bad("op %s (%s): no single successful outcome: fresh %d, reused %d, reconciled applied %d, other %v", id, o.CallID, o.FreshOK, o.ReusedOK, o.ReconciledApplied, o.OtherStatus)
-		case len(o.OtherStatus) > 0:
-			bad("op %s (%s): executed with status %v", id, o.CallID, o.OtherStatus)
+			bad("op %s (%s): no single successful outcome: fresh %d, reused %d, reconciled applied %d, other %v", id, o.CallID, o.FreshOK, o.ReusedOK, o.ReconciledApplied, o.Other)
+		case len(o.Other) > 0:
+			bad("op %s (%s): executed with status %v", id, o.CallID, o.Other)
 		case o.Executing > 1 && o.ReconciledNot+o.NotRun == 0:
 			bad("op %s (%s): %d attempts begun without a reconcile saying the first did not take effect", id, o.CallID, o.Executing)
 		}
 	}
 	return r
+}
+
+// notables are the events of a recovery, for the report: attempts that
+// did not end ok, recorded results reused, reconciles, approval messages
+// that decided nothing.
+func notables(evs []stored) []string {
+	var out []string
+	for _, e := range evs {
+		switch e.Type {
+		case events.TypeExecuted:
+			var d events.ExecutedData
+			_ = e.Decode(&d)
+			switch {
+			case d.Status == events.ExecOK && d.Message == events.RecordedResultReused:
+				out = append(out, fmt.Sprintf("%d executed ok (recorded result reused) %s", e.Seq, e.CallID))
+			case d.Status == events.ExecTransient && d.ErrorClass == events.DeadlinePassed:
+				out = append(out, fmt.Sprintf("%d executed transient (deadline passed, not run) %s", e.Seq, e.CallID))
+			case d.Status != events.ExecOK:
+				out = append(out, fmt.Sprintf("%d executed %s %s", e.Seq, d.Status, e.CallID))
+			}
+		case events.TypeReconciled:
+			var d events.ReconciledData
+			_ = e.Decode(&d)
+			line := fmt.Sprintf("%d reconciled applied=%v %s", e.Seq, d.Applied, e.CallID)
+			if d.Error != "" {
+				line += " error " + d.Error
+			}
+			out = append(out, line)
+		case events.TypeApprovalRejected:
+			var d events.ApprovalRejectedData
+			_ = e.Decode(&d)
+			out = append(out, fmt.Sprintf("%d approval_rejected %s %s", e.Seq, e.CallID, d.Class))
+		}
+	}
+	return out
 }
 
 // checkIdempotency checks the loopgate_idempotency record of each

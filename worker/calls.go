@@ -409,7 +409,7 @@ func (r *run) invoke(ctx context.Context, a *attempt) (events.ExecutedData, erro
 		r.log.WarnContext(ctx, "attempt's deadline passed before its tool started; not run",
 			"call_id", a.c.Call.ID, "tool", a.c.Call.Tool, "attempt", a.ex.Attempt, "deadline", a.ex.Deadline)
 		return events.ExecutedData{
-			Status: events.ExecTransient, ErrorClass: "deadline_passed",
+			Status: events.ExecTransient, ErrorClass: events.DeadlinePassed,
 			OperationID: a.ex.OperationID, Attempt: a.ex.Attempt,
 			Message: "the attempt's deadline passed before the tool started (its worker was paused or starved); the tool was not run",
 		}, nil

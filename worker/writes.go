@@ -45,7 +45,7 @@ func (r *run) runWrite(ctx context.Context, a *attempt) (events.ExecutedData, er
 		switch prior.State {
 		case idempotency.Completed:
 			out.Status, out.Result = events.ExecOK, prior.Result
-			out.Message = "the operation had already completed: its recorded result is returned and the tool was not run again"
+			out.Message = events.RecordedResultReused
 			return out, nil
 		case idempotency.Abandoned:
 			out.Status, out.ErrorClass, out.Message = events.ExecUnknown, "unknown_outcome", "the operation was abandoned by a human"

@@ -1,0 +1,133 @@
+package cli
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/loopgate/loopgate/events"
+	"github.com/loopgate/loopgate/journal"
+)
+
+func bench(t *testing.T, url string, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code := Main(t.Context(), append([]string{"bench", "--nats", url}, args...), nil, &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+// loopgate bench drives the CityOps happy path through a running serve,
+// approving every draft as the supervisor with the example key, measures
+// raw appends on a scratch stream it then deletes, and reports what the
+// stream holds: every run done, 37 events each, five tool steps, three
+// approvals.
+func TestBenchDrivesRunsToTheEndAndChecksEveryTrail(t *testing.T) {
+	t.Parallel()
+	srv := startServe(t, t.TempDir())
+	code, out, errOut := bench(t, srv.url, "--runs", "6", "--concurrency", "3", "--prefix", "b", "--raw", "--raw-for", "300ms", "--json")
+	if code != exitOK {
+		t.Fatalf("bench: exit %d\n%s\n%s", code, out, errOut)
+	}
+	var rep benchReport
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("bench --json printed %q: %v", out, err)
+	}
+	if rep.Submitted != 6 || rep.Ended != 6 || rep.Reasons["done"] != 6 || len(rep.Reasons) != 1 ||
+		rep.Events != 6*37 || rep.ToolSteps != 6*5 || rep.Approvals != 6*3 || len(rep.Problems)+len(rep.Lost)+len(rep.Stuck)+len(rep.Refused) != 0 {
+		t.Fatalf("report %+v: want 6 runs done, 37 events and 5 tool steps each, 18 approvals, nothing wrong", rep)
+	}
+	if rep.Raw == nil || rep.Raw.Appends < 3 || rep.Raw.PerSec <= 0 || rep.XRaw <= 0 || rep.Raw.Writers != 3 || rep.Raw.Storage != "File" {
+		t.Fatalf("raw %+v, x raw %v: want appends measured by 3 writers on file storage", rep.Raw, rep.XRaw)
+	}
+	if rep.RunTime[0] <= 0 || rep.RunTime[2] < rep.RunTime[1] || rep.RunTime[1] < rep.RunTime[0] || rep.Elapsed < rep.RunTime[2] {
+		t.Errorf("run times %v over %s", rep.RunTime, rep.Elapsed)
+	}
+	ends := 0
+	for _, n := range rep.EndsPerSecond {
+		ends += n
+	}
+	if ends != 6 {
+		t.Errorf("ends per second %v: want 6 in all", rep.EndsPerSecond)
+	}
+
+	// What the report says is what the stream holds, and the scratch
+	// stream is gone.
+	nc, err := nats.Connect(srv.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	j, err := journal.New(t.Context(), js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i <= 6; i++ {
+		runID := events.RunID("cityops", fmt.Sprintf("b-%d", i))
+		evs, _, err := j.Load(t.Context(), "cityops", runID)
+		if err != nil || len(evs) != 37 || evs[36].Type != events.TypeFinished {
+			t.Fatalf("run b-%d: %d events, err %v: want 37 ending finished", i, len(evs), err)
+		}
+	}
+	for name := range js.StreamNames(t.Context()).Name() {
+		if strings.HasPrefix(name, "LOOPGATE_BENCH_RAW_") {
+			t.Errorf("scratch stream %s left behind", name)
+		}
+	}
+
+	// The text report says the same in words.
+	code, out, errOut = bench(t, srv.url, "--runs", "2", "--concurrency", "2")
+	if code != exitOK || !strings.Contains(out, "2 runs ended in") || !strings.Contains(out, "ended: done 2") ||
+		!strings.Contains(out, "trails checked: 2 runs, 0 with problems; lost 0, stuck 0, not submitted 0") ||
+		!strings.Contains(out, "approvals sent as supervisor@cityops: 6") || !strings.Contains(out, "every run ended done") {
+		t.Fatalf("bench: exit %d\n%s\n%s", code, out, errOut)
+	}
+}
+
+// Runs that do not end done are named, and the exit code says so: with
+// nobody to approve, runs stay parked (stuck when the bench gives up);
+// another agent's runs stop for their own reasons; an unknown agent's
+// tasks are rejected.
+func TestBenchNamesRunsThatDidNotEndDone(t *testing.T) {
+	t.Parallel()
+	srv := startServe(t, t.TempDir())
+
+	code, out, errOut := bench(t, srv.url, "--runs", "2", "--approver", "", "--timeout", "3s", "--prefix", "parked")
+	if code != exitStopped || !strings.Contains(out, "lost 0, stuck 2") || strings.Count(out, "stuck: run") != 2 || !strings.Contains(out, ": parked after 15 events") {
+		t.Fatalf("nobody approving: exit %d\n%s\n%s", code, out, errOut)
+	}
+	code, out, errOut = bench(t, srv.url, "--runs", "2", "--agent", "runaway-assistant")
+	if code != exitStopped || !strings.Contains(out, "ended: max_steps 2") || strings.Contains(out, "every run ended done") {
+		t.Fatalf("runaway agent: exit %d\n%s\n%s", code, out, errOut)
+	}
+	code, out, errOut = bench(t, srv.url, "--runs", "1", "--agent", "no-such-agent")
+	if code != exitStopped || !strings.Contains(out, "ended: rejected 1") {
+		t.Fatalf("unknown agent: exit %d\n%s\n%s", code, out, errOut)
+	}
+}
+
+func TestBenchRejectsBadFlagsByName(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--runs", "0"}, "--runs 0"},
+		{[]string{"--concurrency", "0"}, "--concurrency 0"},
+		{[]string{"--timeout", "0s"}, "--timeout 0s"},
+		{[]string{"--raw", "--raw-for", "0s"}, "--raw-for 0s"},
+		{[]string{"--tenant", "a.b"}, `--tenant "a.b"`},
+		{[]string{"--prefix", "x.y"}, `--prefix "x.y"`},
+		{[]string{"--key", "/nonexistent/seed.nk"}, "--key: key stat /nonexistent/seed.nk"},
+	} {
+		code, _, errOut := bench(t, "nats://127.0.0.1:1", tc.args...)
+		if code != exitError || !strings.Contains(errOut, tc.want) {
+			t.Errorf("bench %v: exit %d, stderr %q; want 1 and %q", tc.args, code, errOut, tc.want)
+		}
+	}
+}

@@ -1,0 +1,267 @@
+// Package trail checks a run's events as LOOPGATE_EVENTS holds them
+// against the wire contract and the rules that make a crash harmless: seq
+// gapless from 1, unique UUID v7 event ids, each event on its run's
+// subject for its type with Nats-Msg-Id <run_id>/<seq>, started (or
+// rejected) first, one finished last, the events folding into a state,
+// and no call taking effect twice.
+//
+// A Check reads one run's events one at a time, in stream order, so a
+// follower can check thousands of runs while they happen without keeping
+// their events (loopgate bench); make soak checks its runs with it too.
+package trail
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+
+	"github.com/loopgate/loopgate/approvals"
+	"github.com/loopgate/loopgate/events"
+	"github.com/loopgate/loopgate/tools"
+)
+
+// Stored is one event as the stream holds it.
+type Stored struct {
+	events.Event
+	StreamSeq uint64
+	Subject   string
+	MsgID     string // the Nats-Msg-Id header
+}
+
+// Call is what the events say about one call's attempts.
+type Call struct {
+	CallID string
+	Tool   string
+	// OperationID is the one the call's executing events name.
+	OperationID string
+	Executing   int // attempts begun (write-ahead records)
+	FreshOK     int // executed ok by running the tool
+	ReusedOK    int // executed ok from the recorded result: the tool did not run
+	Unknown     int // executed unknown: an attempt's end was lost
+	NotRun      int // executed transient deadline_passed: the tool never started
+	// Other lists the other statuses the call's attempts ended with.
+	Other             []string
+	ReconciledApplied int // a reconcile found a lost attempt's effect
+	ReconciledNot     int // a reconcile found none
+	Approved          int // approvals decided approve
+	Observed          int
+	// Write: the call's tool is a write (its validated event says so).
+	Write bool
+	// unsettled: an attempt of the write began and nothing has said yet
+	// whether it took effect.
+	unsettled bool
+}
+
+// TookEffect is how many times the events show the call's tool taking
+// effect: a fresh ok, or a reconcile that found a lost attempt's effect.
+func (c *Call) TookEffect() int { return c.FreshOK + c.ReconciledApplied }
+
+// Check checks one run's events as they come. The zero value is not
+// usable; use New.
+type Check struct {
+	tenant, runID string
+	state         *events.RunState
+	n             int
+	ids           map[string]bool
+	end           events.Type // rejected or finished, once seen
+	reason        events.Reason
+	detail        string
+	calls         map[string]*Call
+	problems      []string
+}
+
+// New starts the check of run runID of tenant.
+func New(tenant, runID string) *Check {
+	empty, _ := events.Fold(nil) // a state with its maps made; no event, no error
+	return &Check{tenant: tenant, runID: runID, state: empty, ids: map[string]bool{}, calls: map[string]*Call{}}
+}
+
+func (c *Check) bad(format string, args ...any) {
+	c.problems = append(c.problems, fmt.Sprintf(format, args...))
+}
+
+// Add checks the run's next event in stream order.
+func (c *Check) Add(e Stored) {
+	c.n++
+	want := uint64(c.n)
+	switch {
+	case e.Seq != want:
+		c.bad("event %d (stream seq %d, %s) has seq %d: a gap or a duplicate", want, e.StreamSeq, e.Type, e.Seq)
+	case e.RunID != c.runID || e.Tenant != c.tenant:
+		c.bad("event %d belongs to %s/%s", e.Seq, e.Tenant, e.RunID)
+	}
+	if !uuidV7(e.EventID) || c.ids[e.EventID] {
+		c.bad("event %d has event id %q: want a UUID v7 used once", e.Seq, e.EventID)
+	}
+	c.ids[e.EventID] = true
+	if s := events.EventSubject(c.tenant, c.runID, e.Type); e.Subject != s {
+		c.bad("event %d stored on %s, want %s", e.Seq, e.Subject, s)
+	}
+	if id := fmt.Sprintf("%s/%d", c.runID, e.Seq); e.MsgID != id {
+		c.bad("event %d has Nats-Msg-Id %q, want %q", e.Seq, e.MsgID, id)
+	}
+	switch {
+	case c.end != "":
+		c.bad("event %d (%s) follows the run's %s event", e.Seq, e.Type, c.end)
+	case c.n == 1 && e.Type != events.TypeStarted && e.Type != events.TypeRejected:
+		c.bad("first event is %s, not started", e.Type)
+	case c.n > 1 && (e.Type == events.TypeStarted || e.Type == events.TypeRejected):
+		c.bad("event %d is a second beginning (%s)", e.Seq, e.Type)
+	}
+	if e.Type == events.TypeRejected || e.Type == events.TypeFinished {
+		if c.end == "" {
+			c.end = e.Type
+		}
+		if e.Type == events.TypeFinished {
+			var d events.FinishedData
+			if err := e.Decode(&d); err != nil {
+				c.bad("finished event does not decode: %v", err)
+			}
+			c.reason, c.detail = d.Reason, d.Detail
+		}
+	}
+	if e.Type != events.TypeRejected && c.n == int(e.Seq) {
+		if err := c.state.Apply(&e.Event); err != nil {
+			c.bad("event %d does not fold: %v", e.Seq, err)
+		}
+	}
+	c.call(e)
+}
+
+// call counts what e says about its call.
+func (c *Check) call(e Stored) {
+	if e.CallID == "" {
+		return
+	}
+	call := c.calls[e.CallID]
+	if call == nil {
+		call = &Call{CallID: e.CallID, Tool: e.Tool}
+		c.calls[e.CallID] = call
+	}
+	decode := func(v any) bool {
+		if err := e.Decode(v); err != nil {
+			c.bad("%s event %d of call %s does not decode: %v", e.Type, e.Seq, e.CallID, err)
+			return false
+		}
+		return true
+	}
+	switch e.Type {
+	case events.TypeValidated:
+		var d events.ValidatedData
+		if decode(&d) && d.Permission == string(tools.Write) {
+			call.Write = true
+		}
+	case events.TypeExecuting:
+		var d events.ExecutingData
+		if !decode(&d) {
+			return
+		}
+		if want := events.OperationID(c.runID, e.CallID); d.OperationID != want {
+			c.bad("executing %s names operation %s, want %s", e.CallID, d.OperationID, want)
+		}
+		call.OperationID = d.OperationID
+		call.Executing++
+		// A write is begun again only once something settled whether the
+		// attempt before took effect: its executed event (other than
+		// unknown), a reconcile, or a human's answer to the question.
+		if call.Write && call.unsettled {
+			c.bad("write %s (%s): attempt %d (event %d) began while an earlier attempt's outcome was unknown", e.CallID, call.Tool, d.Attempt, e.Seq)
+		}
+		call.unsettled = true
+	case events.TypeExecuted:
+		var d events.ExecutedData
+		if !decode(&d) {
+			return
+		}
+		call.unsettled = d.Status == events.ExecUnknown
+		switch {
+		case d.Status == events.ExecOK && d.Message == events.RecordedResultReused:
+			call.ReusedOK++
+		case d.Status == events.ExecOK:
+			call.FreshOK++
+		case d.Status == events.ExecUnknown:
+			call.Unknown++
+		case d.Status == events.ExecTransient && d.ErrorClass == events.DeadlinePassed:
+			call.NotRun++
+		default:
+			call.Other = append(call.Other, d.Status)
+		}
+	case events.TypeReconciled:
+		var d events.ReconciledData
+		if !decode(&d) {
+			return
+		}
+		call.unsettled = false
+		if d.Applied {
+			call.ReconciledApplied++
+		} else {
+			call.ReconciledNot++
+		}
+	case events.TypeApproved:
+		var d events.ApprovedData
+		if !decode(&d) {
+			return
+		}
+		switch {
+		case d.Kind == string(approvals.KindNeedsHuman):
+			call.unsettled = false // a human answered for the unknown outcome
+		case d.Decision == string(approvals.Approve):
+			call.Approved++
+		}
+	case events.TypeObserved:
+		call.Observed++
+	}
+}
+
+// Verdict is what the check found.
+type Verdict struct {
+	RunID  string
+	Events int
+	// End is finished or rejected; empty while the run goes on.
+	End    events.Type
+	Reason events.Reason // when finished
+	Detail string
+	// Parked: the run's last event says it waits for a human.
+	Parked   bool
+	Calls    map[string]*Call
+	Problems []string
+}
+
+// Finished reports whether the run reached its end (finished or rejected).
+func (v Verdict) Finished() bool { return v.End != "" }
+
+// Verdict returns what the events added so far say. A call that took
+// effect more than once is a problem.
+func (c *Check) Verdict() Verdict {
+	v := Verdict{RunID: c.runID, Events: c.n, End: c.end, Reason: c.reason, Detail: c.detail,
+		Parked: c.state.IsParked, Calls: c.calls, Problems: slices.Clone(c.problems)}
+	for _, id := range slices.Sorted(maps.Keys(c.calls)) {
+		if call := c.calls[id]; call.TookEffect() > 1 {
+			v.Problems = append(v.Problems, fmt.Sprintf("call %s (%s, operation %s) took effect %d times (ran ok %d, found applied by a reconcile %d)",
+				id, call.Tool, call.OperationID, call.TookEffect(), call.FreshOK, call.ReconciledApplied))
+		}
+	}
+	return v
+}
+
+// uuidV7 reports whether s is a UUID of version 7 in its text form.
+func uuidV7(s string) bool {
+	if len(s) != 36 || s[14] != '7' {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		switch i {
+		case 8, 13, 18, 23:
+			if s[i] != '-' {
+				return false
+			}
+		default:
+			if !isHex(s[i]) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func isHex(b byte) bool { return '0' <= b && b <= '9' || 'a' <= b && b <= 'f' || 'A' <= b && b <= 'F' }

@@ -1,0 +1,228 @@
+package trail_test
+
+import (
+	"encoding/json"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/loopgate/loopgate/events"
+	"github.com/loopgate/loopgate/trail"
+)
+
+// happyRun is the CityOps happy path's 37 events as the stream stored them
+// (events/testdata, shared with the fold benchmark), each with the subject
+// and Nats-Msg-Id loopgate gives it.
+func happyRun(t *testing.T) []trail.Stored {
+	t.Helper()
+	data, err := os.ReadFile("../events/testdata/happy_run.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var evs []events.Event
+	if err := json.Unmarshal(data, &evs); err != nil {
+		t.Fatal(err)
+	}
+	out := make([]trail.Stored, len(evs))
+	for i, e := range evs {
+		out[i] = trail.Stored{Event: e, StreamSeq: uint64(100 + i), Subject: e.Subject(), MsgID: e.MsgID()}
+	}
+	return out
+}
+
+func check(evs []trail.Stored) trail.Verdict {
+	c := trail.New(evs[0].Tenant, evs[0].RunID)
+	for _, e := range evs {
+		c.Add(e)
+	}
+	return c.Verdict()
+}
+
+// renumber gives evs the seqs, subjects and message ids of a trail in
+// that order, as loopgate would have stored it.
+func renumber(evs []trail.Stored) []trail.Stored {
+	for i := range evs {
+		evs[i].Seq = uint64(i + 1)
+		evs[i].EventID = uuid.Must(uuid.NewV7()).String()
+		evs[i].Subject, evs[i].MsgID = evs[i].Event.Subject(), evs[i].Event.MsgID()
+	}
+	return evs
+}
+
+// attempt is an executing event and, unless status is "", its executed
+// event, for call of the run of like.
+func attempt(t *testing.T, like trail.Stored, call string, n int, status string) []trail.Stored {
+	t.Helper()
+	mk := func(typ events.Type, data any) trail.Stored {
+		raw, err := json.Marshal(data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e := like
+		e.Type, e.CallID, e.Tool, e.Data = typ, call, "draft_escalation", raw
+		return e
+	}
+	out := []trail.Stored{mk(events.TypeExecuting, events.ExecutingData{
+		OperationID: events.OperationID(like.RunID, call), Attempt: n, Deadline: like.Time.Add(time.Duration(n) * time.Second), ArgsHash: "sha256:x"})}
+	if status != "" {
+		out = append(out, mk(events.TypeExecuted, events.ExecutedData{Status: status, OperationID: events.OperationID(like.RunID, call), Attempt: n}))
+	}
+	return out
+}
+
+func TestTheHappyPathsTrailHasNoProblem(t *testing.T) {
+	v := check(happyRun(t))
+	if len(v.Problems) > 0 || v.End != events.TypeFinished || v.Reason != events.ReasonDone || v.Events != 37 || v.Parked {
+		t.Fatalf("verdict %+v", v)
+	}
+	drafts := 0
+	for _, c := range v.Calls {
+		if c.Tool != "draft_escalation" {
+			continue
+		}
+		drafts++
+		if !c.Write || c.FreshOK != 1 || c.Approved != 1 || c.Observed != 1 || c.Executing != 1 || c.TookEffect() != 1 {
+			t.Errorf("draft call %+v: want a write approved, run and observed once", *c)
+		}
+	}
+	if drafts != 3 || len(v.Calls) != 5 {
+		t.Errorf("%d calls, %d drafts: want 5 and 3", len(v.Calls), drafts)
+	}
+}
+
+// A trail cut short at a park is a run that goes on: no end, parked, no
+// problem.
+func TestARunThatGoesOnIsUnfinishedNotBroken(t *testing.T) {
+	v := check(happyRun(t)[:15]) // … approval_requested, parked
+	if len(v.Problems) > 0 || v.Finished() || !v.Parked || v.Events != 15 {
+		t.Fatalf("verdict %+v: want unfinished, parked, no problem", v)
+	}
+}
+
+func TestBrokenTrailsAreNamed(t *testing.T) {
+	cases := []struct {
+		name  string
+		edit  func(t *testing.T, evs []trail.Stored) []trail.Stored
+		wants []string
+	}{
+		{"a gap", func(t *testing.T, evs []trail.Stored) []trail.Stored {
+			return slices.Delete(evs, 9, 10)
+		}, []string{"event 10 (stream seq 110, observed) has seq 11: a gap or a duplicate"}},
+		{"an event stored twice", func(t *testing.T, evs []trail.Stored) []trail.Stored {
+			return slices.Insert(evs, 5, evs[4])
+		}, []string{"event 6 (stream seq 104, executed) has seq 5: a gap or a duplicate", "event id"}},
+		{"a foreign message id", func(t *testing.T, evs []trail.Stored) []trail.Stored {
+			evs[3].MsgID = "t-1"
+			return evs
+		}, []string{`event 4 has Nats-Msg-Id "t-1"`}},
+		{"the wrong subject", func(t *testing.T, evs []trail.Stored) []trail.Stored {
+			evs[3].Subject = events.EventSubject("cityops", evs[3].RunID, events.TypeExecuted)
+			return evs
+		}, []string{"event 4 stored on loopgate.events.cityops." + evs0RunID + ".executed"}},
+		{"not a UUID v7", func(t *testing.T, evs []trail.Stored) []trail.Stored {
+			evs[2].EventID = uuid.NewString() // v4
+			return evs
+		}, []string{"event 3 has event id"}},
+		{"another run's event", func(t *testing.T, evs []trail.Stored) []trail.Stored {
+			evs[6].RunID = events.RunID("cityops", "other")
+			return evs
+		}, []string{"event 7 belongs to cityops/" + events.RunID("cityops", "other")}},
+		{"no started first", func(t *testing.T, evs []trail.Stored) []trail.Stored {
+			return renumber(evs[1:])
+		}, []string{"first event is proposed, not started"}},
+		{"an event after finished", func(t *testing.T, evs []trail.Stored) []trail.Stored {
+			return renumber(append(evs, evs[1]))
+		}, []string{"event 38 (proposed) follows the run's finished event"}},
+		{"a write that took effect twice", func(t *testing.T, evs []trail.Stored) []trail.Stored {
+			// s3c1 ran ok (events 17, 18); a second attempt runs it again.
+			return renumber(slices.Insert(evs, 18, attempt(t, evs[17], "s3c1", 2, events.ExecOK)...))
+		}, []string{"call s3c1 (draft_escalation, operation " + events.OperationID(evs0RunID, "s3c1") + ") took effect 2 times"}},
+		{"a write begun again while its outcome was unknown", func(t *testing.T, evs []trail.Stored) []trail.Stored {
+			// Attempt 1 of s3c1 ends unknown; attempt 2 begins with nothing
+			// said about whether 1 took effect.
+			evs = slices.Delete(evs, 16, 18) // s3c1's executing and executed
+			at := slices.Concat(attempt(t, evs[16], "s3c1", 1, events.ExecUnknown), attempt(t, evs[16], "s3c1", 2, events.ExecOK))
+			return renumber(slices.Insert(evs, 16, at...))
+		}, []string{"write s3c1 (draft_escalation): attempt 2 (event 19) began while an earlier attempt's outcome was unknown"}},
+		{"a write begun again after an executing with no end", func(t *testing.T, evs []trail.Stored) []trail.Stored {
+			evs = slices.Delete(evs, 16, 18)
+			at := slices.Concat(attempt(t, evs[16], "s3c1", 1, ""), attempt(t, evs[16], "s3c1", 2, events.ExecOK))
+			return renumber(slices.Insert(evs, 16, at...))
+		}, []string{"write s3c1 (draft_escalation): attempt 2 (event 18) began while an earlier attempt's outcome was unknown"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			v := check(tc.edit(t, happyRun(t)))
+			got := strings.Join(v.Problems, "\n")
+			for _, want := range tc.wants {
+				if !strings.Contains(got, want) {
+					t.Errorf("problems:\n%s\nwant one containing %q", got, want)
+				}
+			}
+		})
+	}
+}
+
+// evs0RunID is the happy run's id (testdata).
+var evs0RunID = events.RunID("cityops", "happy-dump")
+
+// An attempt whose outcome was settled — known not to have run, found
+// not applied by a reconcile, or answered by a human — may be followed by
+// another; the one that ran is the only effect.
+func TestAWriteBegunAgainAfterItsOutcomeWasSettledIsFine(t *testing.T) {
+	settle := map[string]func(t *testing.T, like trail.Stored) []trail.Stored{
+		"deadline passed, not run": func(t *testing.T, like trail.Stored) []trail.Stored {
+			at := attempt(t, like, "s3c1", 1, events.ExecTransient)
+			at[1].Data = mustJSON(t, events.ExecutedData{Status: events.ExecTransient, ErrorClass: events.DeadlinePassed, Attempt: 1})
+			return at
+		},
+		"reconciled, not applied": func(t *testing.T, like trail.Stored) []trail.Stored {
+			at := attempt(t, like, "s3c1", 1, events.ExecUnknown)
+			rec := like
+			rec.Type, rec.CallID, rec.Tool = events.TypeReconciled, "s3c1", "draft_escalation"
+			rec.Data = mustJSON(t, events.ReconciledData{OperationID: events.OperationID(like.RunID, "s3c1"), Attempt: 1, Via: "status_check"})
+			return append(at, rec)
+		},
+		"a human said retry": func(t *testing.T, like trail.Stored) []trail.Stored {
+			at := attempt(t, like, "s3c1", 1, events.ExecUnknown)
+			ask := like
+			ask.Type, ask.CallID, ask.Tool = events.TypeApprovalRequested, "s3c1", "draft_escalation"
+			ask.Data = mustJSON(t, events.ApprovalRequestedData{Kind: "needs_human", Round: 2, Tool: "draft_escalation",
+				Args: json.RawMessage(`{}`), ArgsHash: "sha256:x", OperationID: events.OperationID(like.RunID, "s3c1"), Attempt: 1})
+			at = append(at, ask)
+			ans := like
+			ans.Type, ans.CallID, ans.Tool = events.TypeApproved, "s3c1", "draft_escalation"
+			ans.Data = mustJSON(t, events.ApprovedData{Kind: "needs_human", Round: 2, Decision: "retry", Approver: "supervisor@cityops", ArgsHash: "sha256:x"})
+			return append(at, ans)
+		},
+	}
+	for name, first := range settle {
+		t.Run(name, func(t *testing.T) {
+			evs := happyRun(t)
+			evs = slices.Delete(evs, 16, 18) // s3c1's executing and executed
+			at := slices.Concat(first(t, evs[16]), attempt(t, evs[16], "s3c1", 2, events.ExecOK))
+			v := check(renumber(slices.Insert(evs, 16, at...)))
+			for _, p := range v.Problems {
+				if strings.Contains(p, "s3c1") {
+					t.Errorf("problem %q", p)
+				}
+			}
+			if c := v.Calls["s3c1"]; c.Executing != 2 || c.TookEffect() != 1 {
+				t.Errorf("s3c1: %+v, want 2 attempts, one effect", *c)
+			}
+		})
+	}
+}
+
+func mustJSON(t *testing.T, v any) json.RawMessage {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
