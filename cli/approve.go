@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -142,7 +143,7 @@ func decide(ctx context.Context, e env, verb string, args []string) int {
 		Approver: approvals.Approver{ID: *as}, Reason: *reason,
 	}
 	// Signed after the confirmation, so signed_at is when it was sent.
-	subject, seq, signedBy, err := sendDecision(ctx, js, entry.Tenant, msg, key)
+	subject, seq, signedBy, err := sendDecision(ctx, js, entry.Tenant, msg, key, "")
 	if err != nil {
 		return fail(e, "%s: %v", verb, err)
 	}
@@ -157,9 +158,11 @@ func decide(ctx context.Context, e env, verb string, args []string) int {
 // any approver's client would: signed with key as of now when key is not
 // nil (approvals.Sign), unsigned otherwise. It returns the subject, the
 // message's sequence in LOOPGATE_APPROVALS and the public key that signed
-// ("" when unsigned). loopgate approve, loopgate deny and the demo's
-// approver all send through here.
-func sendDecision(ctx context.Context, js jetstream.JetStream, tenant string, msg approvals.Message, key nkeys.KeyPair) (subject string, seq uint64, signedBy string, err error) {
+// ("" when unsigned). msgID is the publish's Nats-Msg-Id, "" for a new
+// one: a sender that publishes the same decision again after an error
+// passes the same id, so JetStream stores it once. loopgate approve,
+// loopgate deny, the demo's approver and bench's all send through here.
+func sendDecision(ctx context.Context, js jetstream.JetStream, tenant string, msg approvals.Message, key nkeys.KeyPair, msgID string) (subject string, seq uint64, signedBy string, err error) {
 	if key != nil {
 		if err := approvals.Sign(&msg, key, time.Now()); err != nil {
 			return "", 0, "", fmt.Errorf("%w; nothing sent", err)
@@ -171,7 +174,7 @@ func sendDecision(ctx context.Context, js jetstream.JetStream, tenant string, ms
 		return "", 0, "", fmt.Errorf("encode the decision: %w; nothing sent", err)
 	}
 	subject = events.ApprovalSubject(tenant, msg.RunID, msg.CallID)
-	ack, err := js.Publish(ctx, subject, payload, jetstream.WithMsgID(uuid.NewString()))
+	ack, err := js.Publish(ctx, subject, payload, jetstream.WithMsgID(cmp.Or(msgID, uuid.NewString())))
 	if err != nil {
 		return subject, 0, "", fmt.Errorf("publish on %s: %w", subject, notStored(err, "send the decision again"))
 	}

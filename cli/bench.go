@@ -26,21 +26,17 @@ import (
 func runBench(ctx context.Context, e env, args []string) int {
 	fs := flag.NewFlagSet("loopgate bench", flag.ContinueOnError)
 	var (
-		natsURL   = fs.String("nats", "nats://127.0.0.1:4222", "NATS URL(s) of a running loopgate, comma-separated: the bench follows the cluster when a server dies")
-		runs      = fs.Int("runs", 100, "tasks to submit (each a run)")
-		conc      = fs.Int("concurrency", 16, "runs in flight at once: a run that ends makes room for the next task")
-		tenant    = fs.String("tenant", "cityops", "tenant")
-		agent     = fs.String("agent", "escalation-assistant", "agent profile")
-		principal = fs.String("principal", "dev@cityops", "principal id")
-		roles     = fs.String("roles", "operator", "principal roles, comma-separated")
-		input     = fs.String("input", "Show me the oldest open sanitation complaints and draft escalations for them.", "what each run is asked to do")
-		approver  = fs.String("approver", "supervisor@cityops", "approve every question of the bench's runs as this approver once the run parks on it (\"\": leave them to humans)")
-		keyFile   = fs.String("key", "", "the approver's nkey seed file (default: the CityOps example's key for --approver, if it has one)")
-		prefix    = fs.String("prefix", "", "task id prefix: tasks are <prefix>-1, <prefix>-2, … (default: bench- and a random id)")
-		raw       = fs.Bool("raw", false, "first measure raw conditional appends (--concurrency writers, 300-byte messages) on a scratch stream made like LOOPGATE_EVENTS, and set the event rate against it")
-		rawFor    = fs.Duration("raw-for", 5*time.Second, "how long --raw appends")
-		timeout   = fs.Duration("timeout", 10*time.Minute, "stop waiting for the runs after this long; runs not ended by then are reported stuck")
-		asJSON    = fs.Bool("json", false, "print the report as one JSON object")
+		natsURL  = fs.String("nats", "nats://127.0.0.1:4222", "NATS URL(s) of a running loopgate, comma-separated: the bench follows the cluster when a server dies")
+		runs     = fs.Int("runs", 100, "tasks to submit (each a run)")
+		conc     = fs.Int("concurrency", 16, "runs in flight at once: a run that ends makes room for the next task")
+		tf       = registerTaskFlags(fs, "what each run is asked to do")
+		approver = fs.String("approver", "supervisor@cityops", "approve every question of the bench's runs as this approver once the run parks on it (\"\": leave them to humans)")
+		keyFile  = fs.String("key", "", "the approver's nkey seed file (default: the CityOps example's key for --approver, if it has one)")
+		prefix   = fs.String("prefix", "", "task id prefix: tasks are <prefix>-1, <prefix>-2, … (default: bench- and a random id; a prefix used before names runs that exist, which this bench does not see again)")
+		raw      = fs.Bool("raw", false, "first measure raw conditional appends (--concurrency writers, 300-byte messages) on a scratch stream made like LOOPGATE_EVENTS, and set the event rate against it")
+		rawFor   = fs.Duration("raw-for", 5*time.Second, "how long --raw appends")
+		timeout  = fs.Duration("timeout", 10*time.Minute, "stop waiting for the runs after this long; runs not ended by then are reported stuck")
+		asJSON   = fs.Bool("json", false, "print the report as one JSON object")
 	)
 	fs.Usage = func() {
 		fmt.Fprintln(e.stderr, "usage: loopgate bench [--runs N] [--concurrency C] [--raw] [--approver ID] [--key FILE] [--nats URL[,URL…]] [--json] [task flags]")
@@ -58,8 +54,8 @@ func runBench(ctx context.Context, e env, args []string) int {
 		return fail(e, "--timeout %s: want a positive duration", *timeout)
 	case *raw && *rawFor <= 0:
 		return fail(e, "--raw-for %s: want a positive duration", *rawFor)
-	case !events.ValidToken(*tenant):
-		return fail(e, "--tenant %q is not a valid subject token", *tenant)
+	case !events.ValidToken(*tf.tenant):
+		return fail(e, "--tenant %q is not a valid subject token", *tf.tenant)
 	}
 	if *prefix == "" {
 		*prefix = "bench-" + uuid.NewString()[:8]
@@ -81,19 +77,25 @@ func runBench(ctx context.Context, e env, args []string) int {
 	}
 
 	// A bench is meant to outlive servers dying: reconnect for as long as it runs.
-	nc, js, _, err := connect(ctx, *natsURL, nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond))
+	nc, js, j, err := connect(ctx, *natsURL, nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond))
 	if err != nil {
 		return fail(e, "%v", err)
 	}
 	defer nc.Close()
 
-	in, _ := json.Marshal(*input)
-	task := events.Task{Tenant: *tenant, Agent: *agent, Input: in,
-		Principal: events.Principal{ID: *principal, Roles: splitList(*roles)}}
-	rep := benchReport{NATS: nc.ConnectedUrlRedacted(), Tenant: *tenant, Agent: *agent, Runs: *runs, Concurrency: *conc, Prefix: *prefix, Approver: *approver}
+	task := tf.task()
+	// The bench follows the events stream from its end: runs of a prefix
+	// used before would never show there, and be reported lost.
+	first := events.RunID(task.Tenant, *prefix+"-1")
+	if _, used, err := j.Last(ctx, task.Tenant, first); err != nil {
+		return fail(e, "%v", err)
+	} else if used {
+		return fail(e, "--prefix %q was used before: run %s (task %s-1) exists; choose another prefix", *prefix, first, *prefix)
+	}
+	rep := benchReport{NATS: nc.ConnectedUrlRedacted(), Tenant: task.Tenant, Agent: task.Agent, Runs: *runs, Concurrency: *conc, Prefix: *prefix, Approver: *approver}
 	if !*asJSON {
 		fmt.Fprintf(e.stdout, "loopgate bench: %d runs of %s for %s, %d at once, against %s (task ids %s-1…)\n",
-			*runs, printable(*agent), *tenant, *conc, rep.NATS, *prefix)
+			*runs, printable(task.Agent), task.Tenant, *conc, rep.NATS, *prefix)
 	}
 	if *raw {
 		r, err := measureRaw(ctx, js, *conc, *rawFor)

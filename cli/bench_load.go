@@ -225,8 +225,12 @@ func (l *load) answer(ctx context.Context, q question) {
 	}
 	msg := approvals.Message{RunID: q.RunID, CallID: q.CallID, ArgsHash: q.ArgsHash, Decision: d,
 		Approver: approvals.Approver{ID: l.approver}, Reason: reason}
+	// One message id per question: a decision stored whose
+	// acknowledgement was lost is not stored again (and then refused as
+	// deciding nothing) when it is sent again.
+	msgID := fmt.Sprintf("bench/%s/%s/%d", q.RunID, q.CallID, q.Round)
 	err := l.patiently(ctx, &l.ansErrs, func(ctx context.Context) error {
-		_, _, _, err := sendDecision(ctx, l.js, q.Tenant, msg, l.key)
+		_, _, _, err := sendDecision(ctx, l.js, q.Tenant, msg, l.key, msgID)
 		return err
 	})
 	if err != nil {

@@ -80,6 +80,12 @@ func TestBenchDrivesRunsToTheEndAndChecksEveryTrail(t *testing.T) {
 		}
 	}
 
+	// A prefix used before is refused: its runs exist, and a bench that
+	// follows the stream from its end would report them lost.
+	if code, _, errOut := bench(t, srv.url, "--runs", "1", "--prefix", "b"); code != exitError || !strings.Contains(errOut, `--prefix "b" was used before`) {
+		t.Errorf("bench with a used prefix: exit %d, %s", code, errOut)
+	}
+
 	// The text report says the same in words.
 	code, out, errOut = bench(t, srv.url, "--runs", "2", "--concurrency", "2")
 	if code != exitOK || !strings.Contains(out, "2 runs ended in") || !strings.Contains(out, "ended: done 2") ||

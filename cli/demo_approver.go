@@ -149,7 +149,7 @@ func (a *demoApprover) answer(ctx context.Context, q question) error {
 		Approver: approvals.Approver{ID: a.id}, Reason: reason,
 	}
 	// Signed after the prompt, so signed_at is when it was sent.
-	_, seq, _, err := sendDecision(ctx, a.js, q.Tenant, msg, a.key)
+	_, seq, _, err := sendDecision(ctx, a.js, q.Tenant, msg, a.key, "")
 	if err != nil {
 		return fmt.Errorf("the demo's decision on %s: %w", q.CallID, err)
 	}

@@ -20,18 +20,14 @@ import (
 func runSubmit(ctx context.Context, e env, args []string) int {
 	fs := flag.NewFlagSet("loopgate submit", flag.ContinueOnError)
 	var (
-		natsURL   = fs.String("nats", "nats://127.0.0.1:4222", "NATS URL of a running loopgate")
-		file      = fs.String("file", "", "task JSON file ('-' for stdin); flags below are ignored")
-		tenant    = fs.String("tenant", "cityops", "tenant")
-		taskID    = fs.String("task-id", "", "client task id (default: a new UUID); resubmitting one finds its run")
-		agent     = fs.String("agent", "escalation-assistant", "agent profile")
-		principal = fs.String("principal", "dev@cityops", "principal id")
-		roles     = fs.String("roles", "operator", "principal roles, comma-separated")
-		input     = fs.String("input", "Show me the oldest open sanitation complaints and draft escalations for them.", "what the agent is asked to do")
-		dryRun    = fs.Bool("dry-run", false, "preview writes without executing them")
-		session   = fs.String("session", "", "session id: the run sees the compacted conversation of the session's earlier runs")
-		timeout   = fs.Duration("timeout", 5*time.Minute, "how long to follow the run")
-		asJSON    = fs.Bool("json", false, "print events as JSON lines")
+		natsURL = fs.String("nats", "nats://127.0.0.1:4222", "NATS URL of a running loopgate")
+		file    = fs.String("file", "", "task JSON file ('-' for stdin); flags below are ignored")
+		tf      = registerTaskFlags(fs, "what the agent is asked to do")
+		taskID  = fs.String("task-id", "", "client task id (default: a new UUID); resubmitting one finds its run")
+		dryRun  = fs.Bool("dry-run", false, "preview writes without executing them")
+		session = fs.String("session", "", "session id: the run sees the compacted conversation of the session's earlier runs")
+		timeout = fs.Duration("timeout", 5*time.Minute, "how long to follow the run")
+		asJSON  = fs.Bool("json", false, "print events as JSON lines")
 	)
 	if code, ok := parseFlags(fs, e, args); !ok {
 		return code
@@ -55,16 +51,8 @@ func runSubmit(ctx context.Context, e env, args []string) int {
 			return fail(e, "task file %s: task_id and tenant are required", *file)
 		}
 	} else {
-		in, _ := json.Marshal(*input)
-		task = events.Task{
-			TaskID:    *taskID,
-			Tenant:    *tenant,
-			Principal: events.Principal{ID: *principal, Roles: splitList(*roles)},
-			Agent:     *agent,
-			Input:     in,
-			DryRun:    *dryRun,
-			SessionID: *session,
-		}
+		task = tf.task()
+		task.TaskID, task.DryRun, task.SessionID = *taskID, *dryRun, *session
 		if task.TaskID == "" {
 			task.TaskID = uuid.NewString()
 		}
@@ -122,6 +110,29 @@ func follow(ctx context.Context, e env, j *journal.Journal, filter string, asJSO
 		}
 	}
 	return fail(e, "follow run: %v", cmpErr(ctx.Err(), "the watch ended before the run did"))
+}
+
+// taskFlags are the flags that describe a task: submit's, and bench's for
+// each task it publishes.
+type taskFlags struct {
+	tenant, agent, principal, roles, input *string
+}
+
+func registerTaskFlags(fs *flag.FlagSet, inputUsage string) taskFlags {
+	return taskFlags{
+		tenant:    fs.String("tenant", "cityops", "tenant"),
+		agent:     fs.String("agent", "escalation-assistant", "agent profile"),
+		principal: fs.String("principal", "dev@cityops", "principal id"),
+		roles:     fs.String("roles", "operator", "principal roles, comma-separated"),
+		input:     fs.String("input", "Show me the oldest open sanitation complaints and draft escalations for them.", inputUsage),
+	}
+}
+
+// task is the task the flags describe, without a task id.
+func (f taskFlags) task() events.Task {
+	in, _ := json.Marshal(*f.input)
+	return events.Task{Tenant: *f.tenant, Agent: *f.agent, Input: in,
+		Principal: events.Principal{ID: *f.principal, Roles: splitList(*f.roles)}}
 }
 
 func cmpErr(err error, msg string) error {

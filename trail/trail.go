@@ -61,7 +61,9 @@ func (c *Call) TookEffect() int { return c.FreshOK + c.ReconciledApplied }
 type Check struct {
 	tenant, runID string
 	state         *events.RunState
-	n             int
+	n             int    // events added
+	last          uint64 // the highest seq added
+	broken        bool   // seq went wrong: the state no longer folds
 	ids           map[string]bool
 	end           events.Type // rejected or finished, once seen
 	reason        events.Reason
@@ -83,11 +85,17 @@ func (c *Check) bad(format string, args ...any) {
 // Add checks the run's next event in stream order.
 func (c *Check) Add(e Stored) {
 	c.n++
-	want := uint64(c.n)
 	switch {
-	case e.Seq != want:
-		c.bad("event %d (stream seq %d, %s) has seq %d: a gap or a duplicate", want, e.StreamSeq, e.Type, e.Seq)
-	case e.RunID != c.runID || e.Tenant != c.tenant:
+	case e.Seq == c.last+1:
+	case e.Seq <= c.last:
+		c.broken = true
+		c.bad("event seq %d (stream seq %d, %s) again after seq %d: a duplicate", e.Seq, e.StreamSeq, e.Type, c.last)
+	default:
+		c.broken = true
+		c.bad("event seq %d (stream seq %d, %s) follows seq %d: a gap", e.Seq, e.StreamSeq, e.Type, c.last)
+	}
+	c.last = max(c.last, e.Seq)
+	if e.RunID != c.runID || e.Tenant != c.tenant {
 		c.bad("event %d belongs to %s/%s", e.Seq, e.Tenant, e.RunID)
 	}
 	if !uuidV7(e.EventID) || c.ids[e.EventID] {
@@ -105,7 +113,7 @@ func (c *Check) Add(e Stored) {
 		c.bad("event %d (%s) follows the run's %s event", e.Seq, e.Type, c.end)
 	case c.n == 1 && e.Type != events.TypeStarted && e.Type != events.TypeRejected:
 		c.bad("first event is %s, not started", e.Type)
-	case c.n > 1 && (e.Type == events.TypeStarted || e.Type == events.TypeRejected):
+	case c.n > 1 && (e.Type == events.TypeStarted || e.Type == events.TypeRejected) && !c.broken:
 		c.bad("event %d is a second beginning (%s)", e.Seq, e.Type)
 	}
 	if e.Type == events.TypeRejected || e.Type == events.TypeFinished {
@@ -120,7 +128,7 @@ func (c *Check) Add(e Stored) {
 			c.reason, c.detail = d.Reason, d.Detail
 		}
 	}
-	if e.Type != events.TypeRejected && c.n == int(e.Seq) {
+	if !c.broken { // past a gap or a duplicate every Apply would fail again
 		if err := c.state.Apply(&e.Event); err != nil {
 			c.bad("event %d does not fold: %v", e.Seq, err)
 		}

@@ -111,10 +111,10 @@ func TestBrokenTrailsAreNamed(t *testing.T) {
 	}{
 		{"a gap", func(t *testing.T, evs []trail.Stored) []trail.Stored {
 			return slices.Delete(evs, 9, 10)
-		}, []string{"event 10 (stream seq 110, observed) has seq 11: a gap or a duplicate"}},
+		}, []string{"event seq 11 (stream seq 110, observed) follows seq 9: a gap"}},
 		{"an event stored twice", func(t *testing.T, evs []trail.Stored) []trail.Stored {
 			return slices.Insert(evs, 5, evs[4])
-		}, []string{"event 6 (stream seq 104, executed) has seq 5: a gap or a duplicate", "event id"}},
+		}, []string{"event seq 5 (stream seq 104, executed) again after seq 5: a duplicate", "event 5 has event id"}},
 		{"a foreign message id", func(t *testing.T, evs []trail.Stored) []trail.Stored {
 			evs[3].MsgID = "t-1"
 			return evs
@@ -164,6 +164,14 @@ func TestBrokenTrailsAreNamed(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// One fault is named once, not again at every event after it.
+func TestAGapIsOneProblem(t *testing.T) {
+	v := check(slices.Delete(happyRun(t), 9, 10))
+	if len(v.Problems) != 1 || !v.Finished() {
+		t.Fatalf("problems %q, finished %v: want the gap alone, and the end still seen", v.Problems, v.Finished())
 	}
 }
 
