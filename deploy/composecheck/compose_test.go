@@ -18,13 +18,13 @@ import (
 
 // loadProject loads ../../compose.yaml as docker compose does; dir is the
 // repository, where it resolves build contexts.
-func loadProject(t *testing.T) (p *types.Project, dir string) {
+func loadProject(t *testing.T, profiles ...string) (p *types.Project, dir string) {
 	t.Helper()
 	path, err := filepath.Abs("../../compose.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts, err := cli.NewProjectOptions([]string{path}, cli.WithWorkingDirectory(filepath.Dir(path)), cli.WithOsEnv)
+	opts, err := cli.NewProjectOptions([]string{path}, cli.WithWorkingDirectory(filepath.Dir(path)), cli.WithOsEnv, cli.WithProfiles(profiles))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,6 +67,28 @@ func TestComposeFileIsValidAndDescribesTheCluster(t *testing.T) {
 	}
 	if !strings.Contains(string(conf), "sync_interval: always") {
 		t.Error("the cluster config must fsync every write")
+	}
+}
+
+// The bench service loads the cluster from inside its network with
+// loopgate bench, against all three nodes, only when asked for.
+func TestComposeHasABenchOnlyWhenAskedFor(t *testing.T) {
+	p, _ := loadProject(t)
+	if _, err := p.GetService("bench"); err == nil {
+		t.Error("bench starts with docker compose up: it should sit behind a profile")
+	}
+	p, _ = loadProject(t, "bench")
+	b, err := p.GetService("bench")
+	if err != nil {
+		t.Fatalf("service bench with its profile: %v", err)
+	}
+	entry := strings.Join(b.Entrypoint, " ")
+	if b.Image != "loopgate" || b.Build == nil || b.Build.Target != "loopgate" ||
+		entry != "/usr/local/bin/loopgate bench --nats=nats://nats-1:4222,nats://nats-2:4222,nats://nats-3:4222" {
+		t.Errorf("bench: image %q, build %+v, entrypoint %q: want loopgate bench against the three nodes", b.Image, b.Build, entry)
+	}
+	if !slices.Contains(b.Command, "--concurrency=64") {
+		t.Errorf("bench command %q", b.Command)
 	}
 }
 
