@@ -126,12 +126,18 @@ func (l *load) submit(ctx context.Context, r *loadRun) error {
 		return err
 	}
 	l.mu.Lock()
-	r.submitted = time.Now()
+	r.submitted = time.Now() // the run's time counts from the first try
 	l.mu.Unlock()
-	return l.patiently(ctx, &l.pubErrs, func(ctx context.Context) error {
+	err = l.patiently(ctx, &l.pubErrs, func(ctx context.Context) error {
 		_, err := l.js.Publish(ctx, events.TaskSubject(t.Tenant), payload, jetstream.WithMsgID(t.TaskID))
 		return err
 	})
+	if err != nil {
+		l.mu.Lock()
+		r.submitted = time.Time{} // never acknowledged: not submitted
+		l.mu.Unlock()
+	}
+	return err
 }
 
 // patiently runs publish until it succeeds or ctx ends, each try given

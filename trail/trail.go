@@ -85,9 +85,10 @@ func (c *Check) bad(format string, args ...any) {
 // Add checks the run's next event in stream order.
 func (c *Check) Add(e Stored) {
 	c.n++
+	dup := e.Seq <= c.last
 	switch {
 	case e.Seq == c.last+1:
-	case e.Seq <= c.last:
+	case dup:
 		c.broken = true
 		c.bad("event seq %d (stream seq %d, %s) again after seq %d: a duplicate", e.Seq, e.StreamSeq, e.Type, c.last)
 	default:
@@ -108,6 +109,9 @@ func (c *Check) Add(e Stored) {
 	if id := fmt.Sprintf("%s/%d", c.runID, e.Seq); e.MsgID != id {
 		c.bad("event %d has Nats-Msg-Id %q, want %q", e.Seq, e.MsgID, id)
 	}
+	if dup {
+		return // named above; counting it again would name it twice more
+	}
 	switch {
 	case c.end != "":
 		c.bad("event %d (%s) follows the run's %s event", e.Seq, e.Type, c.end)
@@ -116,10 +120,8 @@ func (c *Check) Add(e Stored) {
 	case c.n > 1 && (e.Type == events.TypeStarted || e.Type == events.TypeRejected) && !c.broken:
 		c.bad("event %d is a second beginning (%s)", e.Seq, e.Type)
 	}
-	if e.Type == events.TypeRejected || e.Type == events.TypeFinished {
-		if c.end == "" {
-			c.end = e.Type
-		}
+	if c.end == "" && (e.Type == events.TypeRejected || e.Type == events.TypeFinished) {
+		c.end = e.Type
 		if e.Type == events.TypeFinished {
 			var d events.FinishedData
 			if err := e.Decode(&d); err != nil {
@@ -128,8 +130,9 @@ func (c *Check) Add(e Stored) {
 			c.reason, c.detail = d.Reason, d.Detail
 		}
 	}
-	if !c.broken { // past a gap or a duplicate every Apply would fail again
+	if !c.broken { // past a gap, a duplicate or a bad event every Apply would fail again
 		if err := c.state.Apply(&e.Event); err != nil {
+			c.broken = true
 			c.bad("event %d does not fold: %v", e.Seq, err)
 		}
 	}

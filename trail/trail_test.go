@@ -168,10 +168,15 @@ func TestBrokenTrailsAreNamed(t *testing.T) {
 }
 
 // One fault is named once, not again at every event after it.
-func TestAGapIsOneProblem(t *testing.T) {
+func TestAGapOrADuplicateIsNamedOnce(t *testing.T) {
 	v := check(slices.Delete(happyRun(t), 9, 10))
 	if len(v.Problems) != 1 || !v.Finished() {
-		t.Fatalf("problems %q, finished %v: want the gap alone, and the end still seen", v.Problems, v.Finished())
+		t.Fatalf("a gap: problems %q, finished %v: want the gap alone, and the end still seen", v.Problems, v.Finished())
+	}
+	evs := happyRun(t)
+	v = check(slices.Insert(evs, 18, evs[17])) // s3c1's executed ok, stored twice
+	if len(v.Problems) != 2 || v.Calls["s3c1"].FreshOK != 1 || v.Reason != events.ReasonDone {
+		t.Fatalf("a duplicate: problems %q, s3c1 %+v: want the duplicate's seq and event id named, the call counted once", v.Problems, *v.Calls["s3c1"])
 	}
 }
 
