@@ -36,6 +36,7 @@ func runBench(ctx context.Context, e env, args []string) int {
 		raw      = fs.Bool("raw", false, "first measure raw conditional appends (--concurrency writers, 300-byte messages) on a scratch stream made like LOOPGATE_EVENTS, and set the event rate against it")
 		rawFor   = fs.Duration("raw-for", 5*time.Second, "how long --raw appends")
 		timeout  = fs.Duration("timeout", 10*time.Minute, "stop waiting for the runs after this long; runs not ended by then are reported stuck")
+		progress = fs.Duration("progress", 5*time.Second, "print the runs ended so far this often (0: only the report; never with --json)")
 		asJSON   = fs.Bool("json", false, "print the report as one JSON object")
 	)
 	fs.Usage = func() {
@@ -52,6 +53,8 @@ func runBench(ctx context.Context, e env, args []string) int {
 		return fail(e, "--concurrency %d: want at least 1", *conc)
 	case *timeout <= 0:
 		return fail(e, "--timeout %s: want a positive duration", *timeout)
+	case *progress < 0:
+		return fail(e, "--progress %s: want 0 (off) or a positive duration", *progress)
 	case *raw && *rawFor <= 0:
 		return fail(e, "--raw-for %s: want a positive duration", *rawFor)
 	case !events.ValidToken(*tf.tenant):
@@ -115,6 +118,10 @@ func runBench(ctx context.Context, e env, args []string) int {
 	lctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
 	l := newLoad(js, task, *prefix, *runs, *conc, *approver, key)
+	if *progress > 0 && !*asJSON {
+		fmt.Fprintln(e.stdout)
+		l.progress, l.progressEvery = e.stdout, *progress
+	}
 	if err := l.run(lctx); err != nil {
 		if refused := refusal(nc, err); refused != nil {
 			err = refused
@@ -255,7 +262,7 @@ func (rep *benchReport) print(w io.Writer) {
 			inner := slices.Clone(rep.EndsPerSecond[1 : len(rep.EndsPerSecond)-1]) // whole seconds of steady load
 			slices.Sort(inner)
 			low := slices.Index(rep.EndsPerSecond[1:len(rep.EndsPerSecond)-1], inner[0]) + 1
-			fmt.Fprintf(w, "runs ended per second: median %d, lowest %d (second %d), highest %d\n",
+			fmt.Fprintf(w, "runs ended per second: median %d, lowest %d (from +%ds), highest %d\n",
 				inner[len(inner)/2], inner[0], low, inner[len(inner)-1])
 		}
 	}

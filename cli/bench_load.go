@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"sync"
 	"time"
 
@@ -31,7 +32,10 @@ type load struct {
 	conc   int
 	// approver answers the runs' questions; "" leaves them to humans.
 	approver string
-	key      nkeys.KeyPair // nil: unsigned
+	// progress, if not nil, gets a line every progressEvery.
+	progress      io.Writer
+	progressEvery time.Duration
+	key           nkeys.KeyPair // nil: unsigned
 
 	mu       sync.Mutex
 	runs     map[string]*loadRun // by run id
@@ -98,6 +102,10 @@ func (l *load) run(ctx context.Context) error {
 	l.mu.Lock()
 	l.began = time.Now()
 	l.mu.Unlock()
+	if l.progress != nil {
+		stop := l.report(ctx)
+		defer stop()
+	}
 	for _, r := range l.order {
 		select {
 		case l.slots <- struct{}{}:
@@ -113,6 +121,36 @@ func (l *load) run(ctx context.Context) error {
 	case <-ctx.Done():
 	}
 	return nil
+}
+
+// report prints a line of progress every progressEvery until stop is
+// called: while servers and workers are being killed, when runs stop
+// ending shows as it happens.
+func (l *load) report(ctx context.Context) (stop func()) {
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		tick := time.NewTicker(l.progressEvery)
+		defer tick.Stop()
+		before := 0
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			l.mu.Lock()
+			ended, inFlight, since := l.ended, len(l.slots), time.Since(l.began)
+			l.mu.Unlock()
+			fmt.Fprintf(l.progress, "  +%s  ended %d of %d (%.1f/s in the last %s), in flight %d\n",
+				since.Round(time.Second), ended, len(l.order), float64(ended-before)/l.progressEvery.Seconds(), l.progressEvery, inFlight)
+			before = ended
+		}
+	}()
+	return func() { close(done); <-finished }
 }
 
 // submit publishes r's task, again and again while JetStream cannot take

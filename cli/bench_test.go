@@ -103,8 +103,9 @@ func TestBenchNamesRunsThatDidNotEndDone(t *testing.T) {
 	t.Parallel()
 	srv := startServe(t, t.TempDir())
 
-	code, out, errOut := bench(t, srv.url, "--runs", "2", "--approver", "", "--timeout", "3s", "--prefix", "parked")
-	if code != exitStopped || !strings.Contains(out, "lost 0, stuck 2") || strings.Count(out, "stuck: run") != 2 || !strings.Contains(out, ": parked after 15 events") {
+	code, out, errOut := bench(t, srv.url, "--runs", "2", "--approver", "", "--timeout", "3s", "--prefix", "parked", "--progress", "1s")
+	if code != exitStopped || !strings.Contains(out, "lost 0, stuck 2") || strings.Count(out, "stuck: run") != 2 || !strings.Contains(out, ": parked after 15 events") ||
+		!strings.Contains(out, "  +1s  ended 0 of 2 (0.0/s in the last 1s), in flight 2\n") {
 		t.Fatalf("nobody approving: exit %d\n%s\n%s", code, out, errOut)
 	}
 	code, out, errOut = bench(t, srv.url, "--runs", "2", "--agent", "runaway-assistant")
@@ -126,6 +127,7 @@ func TestBenchRejectsBadFlagsByName(t *testing.T) {
 		{[]string{"--runs", "0"}, "--runs 0"},
 		{[]string{"--concurrency", "0"}, "--concurrency 0"},
 		{[]string{"--timeout", "0s"}, "--timeout 0s"},
+		{[]string{"--progress", "-1s"}, "--progress -1s"},
 		{[]string{"--raw", "--raw-for", "0s"}, "--raw-for 0s"},
 		{[]string{"--tenant", "a.b"}, `--tenant "a.b"`},
 		{[]string{"--prefix", "x.y"}, `--prefix "x.y"`},
