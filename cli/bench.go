@@ -40,7 +40,7 @@ func runBench(ctx context.Context, e env, args []string) int {
 		asJSON   = fs.Bool("json", false, "print the report as one JSON object")
 	)
 	fs.Usage = func() {
-		fmt.Fprintln(e.stderr, "usage: loopgate bench [--runs N] [--concurrency C] [--raw] [--approver ID] [--key FILE] [--nats URL[,URL…]] [--json] [task flags]")
+		fmt.Fprintln(e.stderr, "usage: loopgate bench [--runs N] [--concurrency C] [--raw] [--approver ID] [--key FILE] [--progress D] [--timeout D] [--nats URL[,URL…]] [--json] [task flags]")
 		fs.PrintDefaults()
 	}
 	if code, ok := parseFlags(fs, e, args); !ok {
