@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -149,6 +150,16 @@ func spread(b *testing.B, conc, ops int, op func(ctx context.Context, worker int
 		b.Fatal(firstErr)
 	}
 	return elapsed
+}
+
+// processCPU is the CPU time this process has used, user and system, all
+// goroutines (the embedded server's too).
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // rate is count per second over elapsed.

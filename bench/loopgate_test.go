@@ -162,6 +162,17 @@ type lgResult struct {
 	rawAppends    int
 	grouped       journal.GroupStats // what group commit did, summed over the pools' journals
 	procs         int                // GOMAXPROCS while it ran, if raised as loopgate serve does (0: the default)
+	// cpu is the CPU time this process used in the timed window (the
+	// embedded server's included; a server in a child process not).
+	cpu time.Duration
+}
+
+// cpuPer is cpu in microseconds per one of n.
+func cpuPer(cpu time.Duration, n int) float64 {
+	if n == 0 {
+		return 0
+	}
+	return float64(cpu.Microseconds()) / float64(n)
 }
 
 func (r lgResult) eventsPerSec() float64 { return rate(r.events, r.elapsed) }
@@ -326,11 +337,14 @@ func benchRawAppends(b *testing.B, j *journal.Journal, conc int) lgResult {
 		runs[w] = newRun()
 	}
 	n := b.N * rawAppendsPerOp
+	cpu0 := processCPU()
 	elapsed := spread(b, conc, n, func(ctx context.Context, w int) error {
 		return runs[w].appendOne(ctx, j)
 	})
+	cpu := processCPU() - cpu0
 	reportRates(b, elapsed, map[string]int{"events/s": n, "appends/s": n})
-	return lgResult{isRaw: true, conc: conc, rawAppends: n, elapsed: elapsed}
+	b.ReportMetric(cpuPer(cpu, n), "cpu-us/append")
+	return lgResult{isRaw: true, conc: conc, rawAppends: n, elapsed: elapsed, cpu: cpu}
 }
 
 // lgServer is where a measurement runs: the embedded server in this
@@ -506,7 +520,9 @@ func benchHappyPath(b *testing.B, srv *lgServer, v lgVariant, conc, pools int, h
 
 	total := b.N * lgRunsPerRound(conc)
 	b.ResetTimer()
+	cpu0 := processCPU()
 	elapsed, err := d.drive(ctx, "run", total, conc, nil)
+	cpu := processCPU() - cpu0
 	b.StopTimer()
 	if err != nil {
 		b.Fatal(err)
@@ -525,7 +541,7 @@ func benchHappyPath(b *testing.B, srv *lgServer, v lgVariant, conc, pools int, h
 	steps := d.counts()[events.TypeExecuted]
 	r := lgResult{
 		variant: v.name, where: srv.where, conc: conc, pools: pools, runs: total,
-		events: stored, steps: steps, writes: writes, elapsed: elapsed,
+		events: stored, steps: steps, writes: writes, elapsed: elapsed, cpu: cpu,
 	}
 	r.grouped = subGroupStats(grouped(), groupedBefore)
 	if heap && conc >= lgHeapMinConc {
@@ -541,6 +557,7 @@ func benchHappyPath(b *testing.B, srv *lgServer, v lgVariant, conc, pools int, h
 	b.ReportMetric(float64(stored)/float64(total), "events/run")
 	b.ReportMetric(float64(writes)/float64(total), "writes/run")
 	b.ReportMetric(r.ratioCeiling(), "x-raw-max")
+	b.ReportMetric(cpuPer(cpu, stored), "cpu-us/event")
 	if r.grouped.Batches > 0 {
 		b.ReportMetric(eventsPerBatch(r.grouped), "events/batch")
 	}
@@ -1182,13 +1199,22 @@ func lgRowKind(r lgResult) int {
 	return 2
 }
 
+// cpuCell is the CPU µs/event cell: "-" where the server's CPU is not
+// this process's.
+func cpuCell(cpu time.Duration, n int, where string) string {
+	if cpu == 0 || (where != "" && where != "in-process") {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f", cpuPer(cpu, n))
+}
+
 // String is the table of every result, by fsync setting.
 func (t *lgTable) String() string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	var sb strings.Builder
 	w := tabwriter.NewWriter(&sb, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(w, "sync\tconfiguration\truns\tevents/s\ttool-steps/s\truns/s\tx raw\tx raw max\tB/active-run\tevents/run\twrites/run\t")
+	fmt.Fprintln(w, "sync\tconfiguration\truns\tevents/s\ttool-steps/s\truns/s\tx raw\tx raw max\tCPU µs/event\tB/active-run\tevents/run\twrites/run\t")
 	var order []string
 	for _, s := range syncSettings {
 		for pass := range 3 {
@@ -1212,7 +1238,7 @@ func (t *lgTable) String() string {
 			if r.raw > 0 {
 				ratio = fmt.Sprintf("%.2f", rate(r.rawAppends, r.elapsed)/r.raw)
 			}
-			fmt.Fprintf(w, "%s\t%s\t-\t%.0f\t-\t-\t%s\t-\t-\t-\t-\t\n", r.sync, name, rate(r.rawAppends, r.elapsed), ratio)
+			fmt.Fprintf(w, "%s\t%s\t-\t%.0f\t-\t-\t%s\t-\t%s\t-\t-\t-\t\n", r.sync, name, rate(r.rawAppends, r.elapsed), ratio, cpuCell(r.cpu, r.rawAppends, r.where))
 			continue
 		}
 		ratio := "-"
@@ -1228,14 +1254,15 @@ func (t *lgTable) String() string {
 			name += ", server: " + r.where
 		}
 		name += groupLabel(r.grouped) + procsLabel(r.procs)
-		fmt.Fprintf(w, "%s\t%s\t%d\t%.0f\t%.0f\t%.1f\t%s\t%.2f\t%s\t%.1f\t%.1f\t\n",
+		fmt.Fprintf(w, "%s\t%s\t%d\t%.0f\t%.0f\t%.1f\t%s\t%.2f\t%s\t%s\t%.1f\t%.1f\t\n",
 			r.sync, name, r.runs, r.eventsPerSec(), rate(r.steps, r.elapsed),
-			rate(r.runs, r.elapsed), ratio, r.ratioCeiling(), heap, float64(r.events)/float64(r.runs), float64(r.writes)/float64(r.runs))
+			rate(r.runs, r.elapsed), ratio, r.ratioCeiling(), cpuCell(r.cpu, r.events, r.where), heap, float64(r.events)/float64(r.runs), float64(r.writes)/float64(r.runs))
 	}
 	_ = w.Flush()
 	fmt.Fprintln(&sb, "x raw: events/s over the raw conditional appends/s at the same concurrency, same server, same setting (goal ≥ 0.50 at conc=64).")
 	fmt.Fprintln(&sb, "x raw max: events/run over writes/run, the x raw a line would reach if loopgate's own work cost nothing and each message it stores cost one raw append (its reads not counted): the most its writes allow when each is stored on its own (group commit stores many events per fsync and can pass it).")
 	fmt.Fprintln(&sb, "group commit: the pools' journals (or the raw writers') shared atomic batches between runs (journal.WithGroupCommit), as loopgate serve does with sync always; events/batch is the mean.")
+	fmt.Fprintln(&sb, "CPU µs/event: this process's CPU time (user and system; the embedded server, the pools and the benchmark's driver together) over the timed window, per event stored (raw lines: per append); not shown where the server runs in a child process.")
 	fmt.Fprintln(&sb, "B/active-run: heap in use (after a GC) with the runs in flight minus with the pool idle, per run in flight (server in a child process).")
 	keys := make([]string, 0, len(t.census))
 	for k := range t.census {
