@@ -255,8 +255,9 @@ func (s *stack) close(ctx context.Context) error {
 }
 
 // connect is the client side for submit and audit: a connection and the
-// journal, nothing else; extra options come last. It authenticates as the environment says
-// (authFromEnv), or as the URL does (nats://user:password@host:port).
+// journal, nothing else; extra options come last. It authenticates as the
+// environment says (authFromEnv), or as the URL does
+// (nats://user:password@host:port).
 func connect(ctx context.Context, url string, extra ...nats.Option) (*nats.Conn, jetstream.JetStream, *journal.Journal, error) {
 	opts, err := authFromEnv().options(true)
 	if err != nil {
