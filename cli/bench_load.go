@@ -68,8 +68,9 @@ func newLoad(js jetstream.JetStream, task events.Task, prefix string, runs, conc
 		runs: map[string]*loadRun{}, slots: make(chan struct{}, conc), allEnded: make(chan struct{})}
 	for i := range runs {
 		taskID := fmt.Sprintf("%s-%d", prefix, i+1)
-		r := &loadRun{taskID: taskID, runID: events.RunID(task.Tenant, taskID),
-			check: trail.New(task.Tenant, events.RunID(task.Tenant, taskID)), asked: map[string]question{}, answered: map[string]int{}}
+		runID := events.RunID(task.Tenant, taskID)
+		r := &loadRun{taskID: taskID, runID: runID, check: trail.New(task.Tenant, runID),
+			asked: map[string]question{}, answered: map[string]int{}}
 		l.runs[r.runID] = r
 		l.order = append(l.order, r)
 	}

@@ -15,6 +15,8 @@ import (
 	"maps"
 	"slices"
 
+	"github.com/google/uuid"
+
 	"github.com/loopgate/loopgate/approvals"
 	"github.com/loopgate/loopgate/events"
 	"github.com/loopgate/loopgate/tools"
@@ -255,24 +257,9 @@ func (c *Check) Verdict() Verdict {
 	return v
 }
 
-// uuidV7 reports whether s is a UUID of version 7 in its text form.
+// uuidV7 reports whether s is a UUID of version 7 in its canonical text
+// form (uuid.Parse also takes URN, braced and unhyphenated forms).
 func uuidV7(s string) bool {
-	if len(s) != 36 || s[14] != '7' {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		switch i {
-		case 8, 13, 18, 23:
-			if s[i] != '-' {
-				return false
-			}
-		default:
-			if !isHex(s[i]) {
-				return false
-			}
-		}
-	}
-	return true
+	u, err := uuid.Parse(s)
+	return err == nil && len(s) == 36 && u.Version() == 7
 }
-
-func isHex(b byte) bool { return '0' <= b && b <= '9' || 'a' <= b && b <= 'f' || 'A' <= b && b <= 'F' }
