@@ -32,12 +32,19 @@ var printGaps = flag.Bool("lg.gaps", false, "BenchmarkLoopgate: print, for each 
 // events (parked → approved, say), how often a run makes it, its mean
 // time, and that time per run. The times are the events' own (set by the
 // pool that appended them, one clock per process; with batched appends,
-// the time an event was staged).
-func checkTrails(ctx context.Context, b *testing.B, js jetstream.JetStream, from uint64, measured map[string]bool, perRun int) {
+// the time an event was staged). It returns the measured runs' tool steps
+// (their executed events), which the driver does not follow: following
+// them would add the benchmark's own deliveries to the measured CPU.
+func checkTrails(ctx context.Context, b *testing.B, js jetstream.JetStream, from uint64, measured map[string]bool, perRun int) (steps int) {
 	b.Helper()
 	byRun := readRuns(ctx, b, js, from)
 	for id := range measured {
 		run := byRun[id]
+		for _, e := range run {
+			if e.Type == events.TypeExecuted {
+				steps++
+			}
+		}
 		ok := len(run) == perRun && run[0].Type == events.TypeStarted && run[len(run)-1].Type == events.TypeFinished
 		for i := range run {
 			ok = ok && run[i].Seq == uint64(i+1)
@@ -53,6 +60,7 @@ func checkTrails(ctx context.Context, b *testing.B, js jetstream.JetStream, from
 	if *printGaps {
 		printRunGaps(b.Name(), byRun, measured)
 	}
+	return steps
 }
 
 // readRuns returns the events stored after stream sequence from, by run,

@@ -45,7 +45,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"maps"
 	"os"
 	"runtime"
 	"slices"
@@ -516,7 +515,6 @@ func benchHappyPath(b *testing.B, srv *lgServer, v lgVariant, conc, pools int, h
 	}
 	before := streamSeqs(ctx, b, srv.js)
 	groupedBefore := grouped()
-	d.resetCounts()
 
 	total := b.N * lgRunsPerRound(conc)
 	b.ResetTimer()
@@ -532,13 +530,12 @@ func benchHappyPath(b *testing.B, srv *lgServer, v lgVariant, conc, pools int, h
 	if !v.approval {
 		perRun = lgEventsPerRunNoApproval
 	}
-	checkTrails(ctx, b, srv.js, before[journal.StreamEvents], d.runs, perRun)
+	steps := checkTrails(ctx, b, srv.js, before[journal.StreamEvents], d.runs, perRun)
 	stored := int(after[journal.StreamEvents] - before[journal.StreamEvents])
 	writes := 0
 	for name, seq := range after {
 		writes += int(seq - before[name])
 	}
-	steps := d.counts()[events.TypeExecuted]
 	r := lgResult{
 		variant: v.name, where: srv.where, conc: conc, pools: pools, runs: total,
 		events: stored, steps: steps, writes: writes, elapsed: elapsed, cpu: cpu,
@@ -708,7 +705,6 @@ type lgDriver struct {
 	id    string // unique per driver: task ids never repeat on a server
 
 	mu       sync.Mutex
-	types    map[events.Type]int
 	hashes   map[string]string // <run_id>.<call_id> → args hash, from approval_requested
 	approved map[string]bool   // <run_id>.<call_id> approvals published
 	finished chan lgEnd
@@ -751,11 +747,11 @@ func newLGDriver(b *testing.B, srv *lgServer) *lgDriver {
 	}
 	d := &lgDriver{
 		b: b, nc: nc, js: js, store: approvals.NewStore(kv, nil), key: key, id: uuid.NewString()[:8],
-		types: map[events.Type]int{}, hashes: map[string]string{}, approved: map[string]bool{},
+		hashes: map[string]string{}, approved: map[string]bool{},
 		finished: make(chan lgEnd, 1<<16), failed: make(chan error, 16),
 	}
 	var filters []string
-	for _, t := range []events.Type{events.TypeApprovalRequested, events.TypeParked, events.TypeExecuted, events.TypeFinished} {
+	for _, t := range []events.Type{events.TypeApprovalRequested, events.TypeParked, events.TypeFinished} {
 		filters = append(filters, events.EventsPrefix+"."+lgTenant+".*."+string(t))
 	}
 	cons, err := js.OrderedConsumer(b.Context(), journal.StreamEvents, jetstream.OrderedConsumerConfig{
@@ -785,18 +781,6 @@ func (d *lgDriver) fail(err error) {
 	}
 }
 
-func (d *lgDriver) resetCounts() {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.types = map[events.Type]int{}
-}
-
-func (d *lgDriver) counts() map[events.Type]int {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return maps.Clone(d.types)
-}
-
 // onEvent runs for each stored event the driver follows, in stream order.
 func (d *lgDriver) onEvent(m jetstream.Msg) {
 	tok := strings.Split(m.Subject(), ".") // loopgate.events.<tenant>.<run_id>.<type>
@@ -804,12 +788,6 @@ func (d *lgDriver) onEvent(m jetstream.Msg) {
 		return
 	}
 	runID, typ := tok[3], events.Type(tok[4])
-	d.mu.Lock()
-	d.types[typ]++
-	d.mu.Unlock()
-	if typ == events.TypeExecuted {
-		return
-	}
 	var e events.Event
 	if err := json.Unmarshal(m.Data(), &e); err != nil {
 		d.fail(fmt.Errorf("decode %s event of run %s: %w", typ, runID, err))

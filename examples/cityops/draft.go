@@ -99,10 +99,9 @@ func (ts *toolset) draftEscalation(ctx context.Context, call tools.Call) (any, e
 	lock := ts.draftLock(name)
 	lock.Lock()
 	defer lock.Unlock()
-	have, err := os.ReadFile(filepath.Join(ts.opts.Outbox, name))
-	if errors.Is(err, fs.ErrNotExist) {
-		have, err = writeOnce(ts.opts.Outbox, name, content)
-	}
+	// No look for the draft first: writeOnce finds one that is there (a
+	// retry), and a first write, by far the common case, saves a system call.
+	have, err := writeOnce(ts.opts.Outbox, name, content)
 	switch {
 	case err != nil:
 		return nil, fmt.Errorf("%s: operation %s: %w", call.Tool, call.OperationID, err)
@@ -149,10 +148,15 @@ func oneLine(s string) string {
 // one that took its call over), exactly one creates it, and the other finds
 // it. A rename would not do: it silently replaces what is there.
 func writeOnce(dir, name string, content []byte) (existing []byte, err error) {
-	if err := os.MkdirAll(dir, 0o750); err != nil {
-		return nil, fmt.Errorf("create outbox: %w", err)
-	}
 	f, err := os.CreateTemp(dir, tempPattern)
+	if errors.Is(err, fs.ErrNotExist) {
+		// The outbox is made when first needed (and again if removed),
+		// not looked for at every draft.
+		if err := os.MkdirAll(dir, 0o750); err != nil {
+			return nil, fmt.Errorf("create outbox: %w", err)
+		}
+		f, err = os.CreateTemp(dir, tempPattern)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("create temp draft: %w", err)
 	}

@@ -249,6 +249,25 @@ func TestWriteOnceNeverReplacesADraft(t *testing.T) {
 	}
 }
 
+// TestWriteOnceMakesAMissingOutbox: the outbox is not looked for at every
+// draft, so one that is missing (never made, or removed while the worker
+// runs) must be made when the temp file cannot be.
+func TestWriteOnceMakesAMissingOutbox(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join(t.TempDir(), "out", "box")
+	for i, op := range []string{opA, opA + "b"} {
+		if have, err := writeOnce(dir, draftName(op), []byte("draft\n")); err != nil || have != nil {
+			t.Fatalf("write %d: existing %q, err %v; want the draft created", i+1, have, err)
+		}
+		if got, err := os.ReadFile(filepath.Join(dir, draftName(op))); err != nil || string(got) != "draft\n" {
+			t.Fatalf("write %d: draft holds %q (%v)", i+1, got, err)
+		}
+		if err := os.RemoveAll(dir); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // TestDraftEscalationTwoProcessesWriteOneDraft: two toolsets on one outbox
 // (two worker processes: no lock in common) write the same operation with
 // different reasons at once. Exactly one draft is created; every other
