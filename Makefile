@@ -13,6 +13,7 @@ FUZZ_TARGETS = \
 	./tools:FuzzValidate \
 	./worker:FuzzDecodeTask \
 	./worker:FuzzParseDecision \
+	./worker:FuzzFastDecisionAgreesWithTheSchema \
 	./worker:FuzzParseApproval \
 	./redact:FuzzJSONStaysValid \
 	./redact:FuzzCuesNeverHideAMatch \

@@ -32,12 +32,15 @@ func newDecisionParser() (*decisionParser, error) {
 // wireDecision is the decision as a model writes it: calls carry no
 // loopgate ids yet.
 type wireDecision struct {
-	ToolCalls []struct {
-		Tool       string          `json:"tool"`
-		Args       json.RawMessage `json:"args"`
-		ProviderID string          `json:"provider_id"`
-	} `json:"tool_calls"`
-	Final *events.FinalAnswer `json:"final_answer"`
+	ToolCalls []wireCall          `json:"tool_calls"`
+	Final     *events.FinalAnswer `json:"final_answer"`
+}
+
+// wireCall is one call as a model writes it.
+type wireCall struct {
+	Tool       string          `json:"tool"`
+	Args       json.RawMessage `json:"args"`
+	ProviderID string          `json:"provider_id"`
 }
 
 // parse validates out and mints the call ids of step. Exactly one of the
@@ -47,19 +50,12 @@ func (p *decisionParser) parse(out []byte, step int) (*events.Decision, []events
 		return nil, []events.FieldError{{Message: fmt.Sprintf("decision is %d bytes, over the limit of %d", len(out), MaxDecisionBytes)}}
 	}
 	trimmed := bytes.TrimSpace(out)
-	if !json.Valid(trimmed) {
-		return nil, []events.FieldError{{Message: "decision is not valid JSON"}}
-	}
-	if res := p.schema.ValidateJSON(trimmed); !res.IsValid() {
-		errs := schemas.Errors(res)
-		if len(errs) == 0 {
-			errs = []events.FieldError{{Message: "decision does not match the decision schema"}}
+	w, ok := fastDecision(trimmed)
+	if !ok {
+		var errs []events.FieldError
+		if w, errs = p.validate(trimmed); errs != nil {
+			return nil, errs
 		}
-		return nil, append(errs, events.FieldError{Message: `a decision is exactly {"tool_calls":[{"tool":...,"args":{...}}]} or {"final_answer":{"summary":...}}`})
-	}
-	var w wireDecision
-	if err := json.Unmarshal(trimmed, &w); err != nil {
-		return nil, []events.FieldError{{Message: "decision does not decode: " + err.Error()}}
 	}
 	d := &events.Decision{Final: w.Final}
 	for i, c := range w.ToolCalls {
@@ -71,4 +67,24 @@ func (p *decisionParser) parse(out []byte, step int) (*events.Decision, []events
 		})
 	}
 	return d, nil
+}
+
+// validate checks out against the decision schema and decodes it: the
+// errors name the fields at fault.
+func (p *decisionParser) validate(out []byte) (*wireDecision, []events.FieldError) {
+	if !json.Valid(out) {
+		return nil, []events.FieldError{{Message: "decision is not valid JSON"}}
+	}
+	if res := p.schema.ValidateJSON(out); !res.IsValid() {
+		errs := schemas.Errors(res)
+		if len(errs) == 0 {
+			errs = []events.FieldError{{Message: "decision does not match the decision schema"}}
+		}
+		return nil, append(errs, events.FieldError{Message: `a decision is exactly {"tool_calls":[{"tool":...,"args":{...}}]} or {"final_answer":{"summary":...}}`})
+	}
+	var w wireDecision
+	if err := json.Unmarshal(out, &w); err != nil {
+		return nil, []events.FieldError{{Message: "decision does not decode: " + err.Error()}}
+	}
+	return &w, nil
 }
