@@ -17,7 +17,8 @@ FUZZ_TARGETS = \
 	./worker:FuzzParseApproval \
 	./redact:FuzzJSONStaysValid \
 	./redact:FuzzCuesNeverHideAMatch \
-	./redact:FuzzQuietIsExact
+	./redact:FuzzQuietIsExact \
+	./redact:FuzzPlainlyQuietIsExact
 
 .PHONY: help build test lint vet fmt-check unit compose-check fuzz-smoke fuzz bench bench-natscli soak demo clean
 

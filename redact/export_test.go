@@ -24,3 +24,7 @@ func (r *Redactor) Quiet(raw []byte) bool { return r.quiet(raw) }
 
 // Rewrite is JSON without the fast path: the reference Quiet is held to.
 func (r *Redactor) Rewrite(raw []byte) ([]byte, bool) { return r.rewrite(raw) }
+
+// PlainlyQuiet is JSON's first fast path: true when the bytes alone show
+// it returns raw unchanged.
+func (r *Redactor) PlainlyQuiet(raw []byte) bool { return r.plainlyQuiet(raw) }

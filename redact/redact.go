@@ -58,6 +58,7 @@ var expressions = map[Pattern]*regexp.Regexp{
 type Redactor struct {
 	keys     map[string]bool
 	patterns []Pattern
+	longKey  bool // a key longer than maxKeyLen: plainlyQuiet steps aside
 }
 
 // New makes a redactor for keys (compared case-insensitively) and patterns.
@@ -72,6 +73,7 @@ func New(keys []string, patterns []Pattern) *Redactor {
 	r := &Redactor{keys: map[string]bool{}}
 	for _, k := range keys {
 		r.keys[strings.ToLower(k)] = true
+		r.longKey = r.longKey || len(k) > maxKeyLen
 	}
 	for _, p := range AllPatterns { // keep the specific-first order
 		if slices.Contains(patterns, p) {
@@ -161,7 +163,11 @@ type cues struct {
 	nonASCII bool
 }
 
-func (c *cues) scan(s string) {
+func (c *cues) scan(s string) { scanCues(c, s) }
+
+// scanCues is cues.scan for text held either way: a JSON document's bytes
+// are scanned whole without a copy (see plainlyQuiet).
+func scanCues[S ~string | ~[]byte](c *cues, s S) {
 	var (
 		prevEnd    = -2 // where the previous run ended; -2: no run yet
 		prevHead3  bool // the previous run has 3 digits and starts a word
@@ -305,11 +311,155 @@ func (r *Redactor) JSON(raw []byte) ([]byte, bool) {
 	if r == nil || len(raw) == 0 {
 		return raw, false
 	}
-	if r.quiet(raw) {
+	if r.plainlyQuiet(raw) || r.quiet(raw) {
 		return raw, false
 	}
 	return r.rewrite(raw)
 }
+
+// plainlyQuiet reports whether raw, read as plain bytes, holds nothing any
+// pattern or sensitive key could catch: then no string in it can, JSON or
+// not, and JSON returns it unchanged without reading it as JSON. Most
+// event data is such (ids, tool names, times, short text) and
+// tokenizing it was most of what redaction still cost.
+//
+// It holds because every string of a document without a backslash is a
+// run of the document's own bytes between two quotes: its digit runs are
+// the document's, and a quote is, like the end of a string, neither a
+// word byte nor a separator, so each cue a string has the whole document
+// has too; an '@', a bearer word or a key name in a string is one in the
+// document. Escapes would break that (the bytes differ from the string),
+// and so would non-ASCII bytes (case folding beyond ASCII, see allow):
+// with either, it says no and quiet decides. FuzzPlainlyQuietIsExact
+// holds it to rewrite.
+func (r *Redactor) plainlyQuiet(raw []byte) bool {
+	if r.longKey || bytes.IndexByte(raw, '\\') >= 0 {
+		return false
+	}
+	var c cues
+	scanCues(&c, raw)
+	if c.nonASCII {
+		return false
+	}
+	for _, p := range r.patterns {
+		switch p {
+		case Bearer:
+			if hasBearerWord(raw) {
+				return false
+			}
+		case Email:
+			if c.at && mayHoldEmail(raw) {
+				return false
+			}
+		default:
+			if c.allow(p, "") {
+				return false
+			}
+		}
+	}
+	return !r.namesAKey(raw)
+}
+
+// hasBearerWord reports whether one of bearerWords begins, in any case, at
+// a word boundary in s: every alternative of the Bearer expression begins
+// with \b and one of them, so "input_tokens" cannot start a match.
+func hasBearerWord(s []byte) bool {
+	for i, b := range s {
+		if !bearerFirst[b|0x20] || i > 0 && isWordByte(s[i-1]) {
+			continue
+		}
+		for _, w := range bearerWords {
+			if hasPrefixFold(s[i:], w) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// bearerFirst marks the first letters of bearerWords.
+var bearerFirst = func() (first [256]bool) {
+	for _, w := range bearerWords {
+		first[w[0]] = true
+	}
+	return first
+}()
+
+// hasPrefixFold reports whether s begins with the lower-case ASCII word w,
+// in any case.
+func hasPrefixFold(s []byte, w string) bool {
+	if len(s) < len(w) {
+		return false
+	}
+	for i := range len(w) {
+		b := s[i]
+		if 'A' <= b && b <= 'Z' {
+			b += 'a' - 'A'
+		}
+		if b != w[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// mayHoldEmail reports whether an '@' in s is followed by what the Email
+// expression needs after it: domain bytes ([A-Za-z0-9.-]) among which a
+// '.' is followed by two letters. "supervisor@cityops" holds none.
+func mayHoldEmail(s []byte) bool {
+	for i, b := range s {
+		if b != '@' {
+			continue
+		}
+		for j := i + 1; j < len(s) && isDomainByte(s[j]); j++ {
+			if s[j] == '.' && j+2 < len(s) && isLetter(s[j+1]) && isLetter(s[j+2]) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// namesAKey reports whether a string in s, a JSON document without
+// backslashes, is a sensitive key in any case: such a string is the bytes
+// between a quote and the next.
+func (r *Redactor) namesAKey(s []byte) bool {
+	if len(r.keys) == 0 {
+		return false
+	}
+	var buf [maxKeyLen]byte
+	for i := 0; i < len(s); i++ {
+		if s[i] != '"' {
+			continue
+		}
+		n := bytes.IndexByte(s[i+1:], '"')
+		if n < 0 {
+			return false
+		}
+		if n <= maxKeyLen {
+			name := buf[:n]
+			for k, b := range s[i+1 : i+1+n] {
+				if 'A' <= b && b <= 'Z' {
+					b += 'a' - 'A'
+				}
+				name[k] = b
+			}
+			if r.keys[string(name)] {
+				return true
+			}
+		}
+		i += n + 1 // the closing quote
+	}
+	return false
+}
+
+// maxKeyLen bounds the sensitive keys plainlyQuiet looks for; a redactor
+// with a longer one leaves documents to quiet.
+const maxKeyLen = 64
+
+func isLetter(b byte) bool { return 'a' <= b|0x20 && b|0x20 <= 'z' }
+
+func isDomainByte(b byte) bool { return isLetter(b) || isDigit(b) || b == '.' || b == '-' }
 
 // quiet reports whether JSON would return raw unchanged, reading it once
 // as a stream of tokens without building it. Most documents (every event's

@@ -230,3 +230,61 @@ func checkQuiet(t *testing.T, r *redact.Redactor, raw []byte) {
 		t.Fatalf("Quiet(%q) but the long way gives %q (changed %v)", raw, out, changed)
 	}
 }
+
+// PlainlyQuiet, read off the bytes alone, takes the everyday documents
+// of a run (or it would save nothing), and says "unchanged" only for
+// what the long way leaves alone.
+func TestPlainlyQuietTakesEverydayDocumentsOnly(t *testing.T) {
+	r := redact.New(nil, nil)
+	// The first five are a run's everyday documents. Two values, duplicate
+	// names, a broken or blank document hold nothing to redact either (the
+	// long way leaves them alone); an id, a null under a key, an escape do
+	// not show that in their bytes.
+	plain := map[int]bool{0: true, 1: true, 2: true, 3: true, 4: true, 13: true, 14: true, 16: true, 17: true}
+	for i, c := range quietCorpus {
+		if got := r.PlainlyQuiet([]byte(c.doc)); got != plain[i] {
+			t.Errorf("PlainlyQuiet(%s) = %v, want %v", c.doc, got, plain[i])
+		}
+		checkPlainlyQuiet(t, r, []byte(c.doc))
+	}
+	// A principal is not an e-mail address, nor a usage count a token;
+	// an address and a credential in text are seen.
+	for doc, want := range map[string]bool{
+		`{"approver":"supervisor@cityops","usage":{"input_tokens":420,"output_tokens":60}}`: true,
+		`{"note":"write to dev@cityops.org"}`:                                               false,
+		`{"note":"token: abcdef"}`:                                                          false,
+		`{"Token":1}`:                                                                       false,
+	} {
+		if got := r.PlainlyQuiet([]byte(doc)); got != want {
+			t.Errorf("PlainlyQuiet(%s) = %v, want %v", doc, got, want)
+		}
+		checkPlainlyQuiet(t, r, []byte(doc))
+	}
+	// A key the configuration names is found in any case.
+	if redact.New([]string{"Badge"}, nil).PlainlyQuiet([]byte(`{"BADGE":"x"}`)) {
+		t.Error("PlainlyQuiet passed a sensitive key in capitals")
+	}
+}
+
+func FuzzPlainlyQuietIsExact(f *testing.F) {
+	for _, c := range quietCorpus {
+		f.Add([]byte(c.doc))
+	}
+	f.Add([]byte(`{"n":"4111 1111 1111 1111"}`))
+	f.Add([]byte(`["123-45-6789"]`))
+	f.Add([]byte(`{"a":"Bearer abcdefghijklmnop"}`))
+	f.Add([]byte(`{"approver":"supervisor@cityops","usage":{"input_tokens":420}}`))
+	f.Add([]byte(`{"a":"mail dev@city-ops.org.uk","b":"token: abcdef","c":"x_token=1"}`))
+	r := redact.New(nil, nil)
+	f.Fuzz(func(t *testing.T, raw []byte) { checkPlainlyQuiet(t, r, raw) })
+}
+
+func checkPlainlyQuiet(t *testing.T, r *redact.Redactor, raw []byte) {
+	t.Helper()
+	if !r.PlainlyQuiet(raw) {
+		return
+	}
+	if out, changed := r.Rewrite(raw); changed || !bytes.Equal(out, raw) {
+		t.Fatalf("PlainlyQuiet(%q) but the long way gives %q (changed %v)", raw, out, changed)
+	}
+}
