@@ -72,7 +72,8 @@ func New(keys []string, patterns []Pattern) *Redactor {
 	}
 	r := &Redactor{keys: map[string]bool{}}
 	for _, k := range keys {
-		r.keys[strings.ToLower(k)] = true
+		k = strings.ToLower(k)
+		r.keys[k] = true
 		r.longKey = r.longKey || len(k) > maxKeyLen
 	}
 	for _, p := range AllPatterns { // keep the specific-first order

@@ -29,19 +29,20 @@ import (
 func fastDecision(out []byte) (*wireDecision, bool) {
 	dec := jsontext.NewDecoder(bytes.NewReader(out))
 	var w wireDecision
-	seen := map[string]bool{}
+	var calls, final bool // present
 	ok := readObject(dec, func(name string) bool {
-		seen[name] = true
 		switch name {
 		case "tool_calls":
+			calls = true
 			return readToolCalls(dec, &w)
 		case "final_answer":
+			final = true
 			w.Final = &events.FinalAnswer{}
 			return readFinal(dec, w.Final)
 		}
 		return false
 	})
-	if !ok || seen["tool_calls"] == seen["final_answer"] {
+	if !ok || calls == final {
 		return nil, false
 	}
 	if _, err := dec.ReadToken(); !errors.Is(err, io.EOF) {
@@ -131,7 +132,7 @@ func readToolCalls(dec *jsontext.Decoder, w *wireDecision) bool {
 
 func readFinal(dec *jsontext.Decoder, f *events.FinalAnswer) bool {
 	var hasSummary bool
-	strings := func(into *[]string) bool {
+	readStrings := func(into *[]string) bool {
 		*into = []string{} // present, even empty: as encoding/json decodes it
 		_, ok := readArray(dec, 64, func() bool {
 			s, ok := readString(dec, 0, 1024)
@@ -148,9 +149,9 @@ func readFinal(dec *jsontext.Decoder, f *events.FinalAnswer) bool {
 			hasSummary = true
 			return ok
 		case "actions_taken":
-			return strings(&f.ActionsTaken)
+			return readStrings(&f.ActionsTaken)
 		case "drafts_created":
-			return strings(&f.DraftsCreated)
+			return readStrings(&f.DraftsCreated)
 		}
 		return false
 	})
