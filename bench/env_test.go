@@ -140,7 +140,10 @@ func spread(b *testing.B, conc, ops int, op func(ctx context.Context, worker int
 			}
 		})
 	}
+	// ResetTimer does not start a stopped timer (a warm-up spread stops
+	// it): start it, or b.N would be scaled on a timer that never ran.
 	b.ResetTimer()
+	b.StartTimer()
 	t0 := time.Now()
 	close(start)
 	wg.Wait()
