@@ -159,6 +159,7 @@ type lgResult struct {
 	raw           float64       // raw appends/s at conc under the same setting, 0 if not measured
 	rawWindow     time.Duration // how long raw was timed over
 	isRaw         bool
+	writesOnly    bool // the writes-only line (benchWritesOnly)
 	rawAppends    int
 	grouped       journal.GroupStats // what group commit did, summed over the pools' journals
 	procs         int                // GOMAXPROCS while it ran, if raised as loopgate serve does (0: the default)
@@ -289,6 +290,18 @@ func BenchmarkLoopgate(b *testing.B) {
 				for _, v := range slices.Concat(lgVariants, lgTmpfsVariants) {
 					happyPath(v, conc, 1)
 				}
+			}
+			if !srv.groupCommit {
+				conc := concurrencies[len(concurrencies)-1]
+				b.Run(fmt.Sprintf("writes-only/conc=%d", conc), func(b *testing.B) {
+					serveProcs(b, s)
+					r := benchWritesOnly(b, srv, conc)
+					r.sync, r.raw, r.rawWindow = s, raw[conc], rawWindow[conc]
+					if r.raw > 0 {
+						b.ReportMetric(r.eventsPerSec()/r.raw, "x-raw")
+					}
+					table.put(b.Name(), r)
+				})
 			}
 			// Durable throughput where appends share fsyncs: three servers
 			// in this process, loopgate's streams and buckets at three
@@ -1214,13 +1227,24 @@ func ratioCell(ratio float64, rawWindow time.Duration) string {
 	return fmt.Sprintf("%.2f", ratio)
 }
 
+// writesOnlyCell is r's events/s over those of the writes-only line of
+// its setting, concurrency and server ("-" without one).
+func (t *lgTable) writesOnlyCell(r lgResult) string {
+	for _, w := range t.lines {
+		if w.writesOnly && w.sync == r.sync && w.conc == r.conc && w.where == r.where && w.eventsPerSec() > 0 {
+			return fmt.Sprintf("%.2f", r.eventsPerSec()/w.eventsPerSec())
+		}
+	}
+	return "-"
+}
+
 // String is the table of every result, by fsync setting.
 func (t *lgTable) String() string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	var sb strings.Builder
 	w := tabwriter.NewWriter(&sb, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(w, "sync\tconfiguration\truns\tevents/s\ttool-steps/s\truns/s\tx raw\tx raw max\tCPU µs/event\tB/active-run\tevents/run\twrites/run\t")
+	fmt.Fprintln(w, "sync\tconfiguration\truns\tevents/s\ttool-steps/s\truns/s\tx raw\tx raw max\tx writes-only\tCPU µs/event\tB/active-run\tevents/run\twrites/run\t")
 	var order []string
 	for _, s := range syncSettings {
 		for pass := range 3 {
@@ -1247,7 +1271,7 @@ func (t *lgTable) String() string {
 			if r.raw > 0 {
 				ratio = ratioCell(rate(r.rawAppends, r.elapsed)/r.raw, r.rawWindow)
 			}
-			fmt.Fprintf(w, "%s\t%s\t-\t%.0f\t-\t-\t%s\t-\t%s\t-\t-\t-\t\n", r.sync, name, rate(r.rawAppends, r.elapsed), ratio, cpuCell(r.cpu, r.rawAppends, r.where))
+			fmt.Fprintf(w, "%s\t%s\t-\t%.0f\t-\t-\t%s\t-\t-\t%s\t-\t-\t-\t\n", r.sync, name, rate(r.rawAppends, r.elapsed), ratio, cpuCell(r.cpu, r.rawAppends, r.where))
 			continue
 		}
 		ratio := "-"
@@ -1263,13 +1287,14 @@ func (t *lgTable) String() string {
 			name += ", server: " + r.where
 		}
 		name += groupLabel(r.grouped) + procsLabel(r.procs)
-		fmt.Fprintf(w, "%s\t%s\t%d\t%.0f\t%.0f\t%.1f\t%s\t%.2f\t%s\t%s\t%.1f\t%.1f\t\n",
+		fmt.Fprintf(w, "%s\t%s\t%d\t%.0f\t%.0f\t%.1f\t%s\t%.2f\t%s\t%s\t%s\t%.1f\t%.1f\t\n",
 			r.sync, name, r.runs, r.eventsPerSec(), rate(r.steps, r.elapsed),
-			rate(r.runs, r.elapsed), ratio, r.ratioCeiling(), cpuCell(r.cpu, r.events, r.where), heap, float64(r.events)/float64(r.runs), float64(r.writes)/float64(r.runs))
+			rate(r.runs, r.elapsed), ratio, r.ratioCeiling(), t.writesOnlyCell(r), cpuCell(r.cpu, r.events, r.where), heap, float64(r.events)/float64(r.runs), float64(r.writes)/float64(r.runs))
 	}
 	_ = w.Flush()
 	fmt.Fprintln(&sb, "x raw: events/s over the raw conditional appends/s at the same concurrency, same server, same setting (goal ≥ 0.50 at conc=64); in parentheses when that raw line was timed under a second (untrustworthy: name the raw line fully in -bench).")
 	fmt.Fprintln(&sb, "x raw max: events/run over writes/run, the x raw a line would reach if loopgate's own work cost nothing and each message it stores cost one raw append (its reads not counted): the most its writes allow when each is stored on its own (group commit stores many events per fsync and can pass it).")
+	fmt.Fprintln(&sb, "x writes-only: events/s over the writes-only line's at the same setting and concurrency: the share of the CPU the host leaves to the persistence its runs need (0.50: the host costs as much as those writes; see bench/writesonly_test.go). The writes-only line's own x raw is the most any host could reach with the writes of this run, measured.")
 	fmt.Fprintln(&sb, "group commit: the pools' journals (or the raw writers') shared atomic batches between runs (journal.WithGroupCommit), as loopgate serve does with sync always; events/batch is the mean.")
 	fmt.Fprintln(&sb, "CPU µs/event: this process's CPU time (user and system; the embedded server, the pools and the benchmark's driver together) over the timed window, per event stored (raw lines: per append); not shown where the server runs in a child process.")
 	fmt.Fprintln(&sb, "B/active-run: heap in use (after a GC) with the runs in flight minus with the pool idle, per run in flight (server in a child process).")
