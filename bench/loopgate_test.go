@@ -1228,8 +1228,13 @@ func ratioCell(ratio float64, rawWindow time.Duration) string {
 }
 
 // writesOnlyCell is r's events/s over those of the writes-only line of
-// its setting, concurrency and server ("-" without one).
+// its setting, concurrency and server ("-" without one). The line replays
+// a run without approvals, so runs with approvals, which store more, are
+// not compared with it.
 func (t *lgTable) writesOnlyCell(r lgResult) string {
+	if !r.writesOnly && !strings.HasPrefix(r.variant, "approval=none") {
+		return "-"
+	}
 	for _, w := range t.lines {
 		if w.writesOnly && w.sync == r.sync && w.conc == r.conc && w.where == r.where && w.eventsPerSec() > 0 {
 			return fmt.Sprintf("%.2f", r.eventsPerSec()/w.eventsPerSec())
