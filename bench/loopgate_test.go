@@ -538,9 +538,38 @@ func benchHappyPath(b *testing.B, srv *lgServer, v lgVariant, conc, pools int, h
 	if _, err := d.drive(ctx, "warm", lgWarmupRuns, min(conc, lgWarmupConc), nil); err != nil {
 		b.Fatalf("warm-up: %v", err)
 	}
-	before := streamSeqs(ctx, b, srv.js)
 	groupedBefore := grouped()
+	perRun := lgEventsPerRun
+	if !v.approval {
+		perRun = lgEventsPerRunNoApproval
+	}
+	r := measureRounds(ctx, b, srv, d, conc, perRun)
+	r.variant, r.pools = v.name, pools
+	r.grouped = subGroupStats(grouped(), groupedBefore)
+	if heap && conc >= lgHeapMinConc {
+		// Untimed: a GC with the runs in flight would stall them.
+		r.heapPerRun, r.inflight = heapPerActiveRun(ctx, b, d, conc)
+	}
+	if r.inflight > 0 {
+		b.ReportMetric(r.heapPerRun, "B/active-run")
+	}
+	b.ReportMetric(r.ratioCeiling(), "x-raw-max")
+	if r.grouped.Batches > 0 {
+		b.ReportMetric(eventsPerBatch(r.grouped), "events/batch")
+	}
+	if r.steps != r.runs*lgToolSteps {
+		b.Logf("%d tool steps for %d runs, want %d each", r.steps, r.runs, lgToolSteps)
+	}
+	return r
+}
 
+// measureRounds is the timed part of a happy-path line, after its
+// warm-up: b.N rounds of lgRunsPerRound(conc) runs driven by d, conc at
+// once, each run's trail checked to have perRun events, and what the
+// streams stored meanwhile counted.
+func measureRounds(ctx context.Context, b *testing.B, srv *lgServer, d *lgDriver, conc, perRun int) lgResult {
+	b.Helper()
+	before := streamSeqs(ctx, b, srv.js)
 	total := b.N * lgRunsPerRound(conc)
 	b.ResetTimer()
 	cpu0 := processCPU()
@@ -551,10 +580,6 @@ func benchHappyPath(b *testing.B, srv *lgServer, v lgVariant, conc, pools int, h
 		b.Fatal(err)
 	}
 	after := streamSeqs(ctx, b, srv.js)
-	perRun := lgEventsPerRun
-	if !v.approval {
-		perRun = lgEventsPerRunNoApproval
-	}
 	steps := checkTrails(ctx, b, srv.js, before[journal.StreamEvents], d.runs, perRun)
 	stored := int(after[journal.StreamEvents] - before[journal.StreamEvents])
 	writes := 0
@@ -562,30 +587,15 @@ func benchHappyPath(b *testing.B, srv *lgServer, v lgVariant, conc, pools int, h
 		writes += int(seq - before[name])
 	}
 	r := lgResult{
-		variant: v.name, where: srv.where, conc: conc, pools: pools, runs: total,
+		where: srv.where, conc: conc, pools: 1, runs: total,
 		events: stored, steps: steps, writes: writes, elapsed: elapsed, cpu: cpu,
-	}
-	r.grouped = subGroupStats(grouped(), groupedBefore)
-	if heap && conc >= lgHeapMinConc {
-		// Untimed: a GC with the runs in flight would stall them.
-		r.heapPerRun, r.inflight = heapPerActiveRun(ctx, b, d, conc)
 	}
 	b.ReportMetric(r.eventsPerSec(), "events/s")
 	b.ReportMetric(rate(steps, elapsed), "tool-steps/s")
 	b.ReportMetric(rate(total, elapsed), "runs/s")
-	if r.inflight > 0 {
-		b.ReportMetric(r.heapPerRun, "B/active-run")
-	}
 	b.ReportMetric(float64(stored)/float64(total), "events/run")
 	b.ReportMetric(float64(writes)/float64(total), "writes/run")
-	b.ReportMetric(r.ratioCeiling(), "x-raw-max")
 	b.ReportMetric(cpuPer(cpu, stored), "cpu-us/event")
-	if r.grouped.Batches > 0 {
-		b.ReportMetric(eventsPerBatch(r.grouped), "events/batch")
-	}
-	if steps != total*lgToolSteps {
-		b.Logf("%d tool steps for %d runs, want %d each", steps, total, lgToolSteps)
-	}
 	return r
 }
 

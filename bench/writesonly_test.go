@@ -226,31 +226,7 @@ func benchWritesOnly(b *testing.B, srv *lgServer, conc int) lgResult {
 	if _, err := d.drive(ctx, "warm", lgWarmupRuns, min(conc, lgWarmupConc), nil); err != nil {
 		b.Fatalf("warm-up: %v", err)
 	}
-	before := streamSeqs(ctx, b, srv.js)
-	total := b.N * lgRunsPerRound(conc)
-	b.ResetTimer()
-	cpu0 := processCPU()
-	elapsed, err := d.drive(ctx, "run", total, conc, nil)
-	cpu := processCPU() - cpu0
-	b.StopTimer()
-	if err != nil {
-		b.Fatal(err)
-	}
-	after := streamSeqs(ctx, b, srv.js)
-	steps := checkTrails(ctx, b, srv.js, before[journal.StreamEvents], d.runs, len(rec.events))
-	stored := int(after[journal.StreamEvents] - before[journal.StreamEvents])
-	writes := 0
-	for name, seq := range after {
-		writes += int(seq - before[name])
-	}
-	r := lgResult{
-		variant: "writes only (a recorded approval=none run, replayed)", where: srv.where, conc: conc, pools: 1, runs: total,
-		events: stored, steps: steps, writes: writes, elapsed: elapsed, cpu: cpu, writesOnly: true,
-	}
-	b.ReportMetric(r.eventsPerSec(), "events/s")
-	b.ReportMetric(rate(total, elapsed), "runs/s")
-	b.ReportMetric(float64(stored)/float64(total), "events/run")
-	b.ReportMetric(float64(writes)/float64(total), "writes/run")
-	b.ReportMetric(cpuPer(cpu, stored), "cpu-us/event")
+	r := measureRounds(ctx, b, srv, d, conc, len(rec.events))
+	r.variant, r.writesOnly = "writes only (a recorded approval=none run, replayed)", true
 	return r
 }
