@@ -169,7 +169,9 @@ func (rp *replayer) replay(ctx context.Context, msg jetstream.Msg) error {
 		e := recorded
 		e.RunID, e.EventID, e.Time = runID, events.UUIDv7.NewEventID(), time.Now().UTC()
 		op, write := rp.rec.ops[e.CallID]
-		op.RunID, op.OperationID, op.Updated = runID, events.OperationID(runID, e.CallID), e.Time
+		if write {
+			op.RunID, op.OperationID, op.Updated = runID, events.OperationID(runID, e.CallID), e.Time
+		}
 		if write && e.Type == events.TypeExecuted {
 			if _, err := rp.idem.Set(ctx, op, revs[e.CallID]); err != nil {
 				return err
