@@ -57,15 +57,23 @@ const maxRecordedResult = 16 << 10
 func (r *run) runCalls(ctx context.Context) error {
 	step := r.st.CurrentStep
 	for _, c := range r.st.CurrentCalls {
-		if c.Validated != nil {
-			continue
+		if c.Validated == nil {
+			v := r.validate(c.Call)
+			if err := r.append(ctx, events.TypeValidated, step, c.Call.ID, c.Call.Tool, v); err != nil {
+				return err
+			}
 		}
-		v := r.validate(c.Call)
-		if err := r.append(ctx, events.TypeValidated, step, c.Call.ID, c.Call.Tool, v); err != nil {
-			return err
-		}
-		if s := afterValidation(r.st, r.limits, c.Call.Tool, v); !s.ok() {
+		// The stops are derived from the events on every pass, not only
+		// right after the event that crossed a bound: a worker that takes
+		// the run up after its last worker died between that event and
+		// finished must stop it all the same. The counts only grow, so a
+		// call checked again finds what the check after its own
+		// validation found, or a bound a later call crossed.
+		if s := afterValidation(r.st, r.limits, c.Call.Tool, c.Validated); !s.ok() {
 			return r.finish(ctx, s, nil)
+		}
+		if d := c.Denied; d != nil {
+			return r.finish(ctx, deniedStop(d.Check, d.Reason), nil)
 		}
 	}
 	// Authorization leaves no event when it allows, so it runs again for
@@ -88,7 +96,7 @@ func (r *run) runCalls(ctx context.Context) error {
 			if err != nil {
 				return err
 			}
-			return r.finish(ctx, stop{events.ReasonPermissionDenied, fmt.Sprintf("%s: %s", denial.Check, denial.Reason)}, nil)
+			return r.finish(ctx, deniedStop(string(denial.Check), denial.Reason), nil)
 		}
 	}
 	for r.st.Finished == nil {
@@ -147,6 +155,11 @@ func (r *run) runCalls(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// deniedStop is the end of a run one of whose calls was denied.
+func deniedStop(check, reason string) stop {
+	return stop{events.ReasonPermissionDenied, fmt.Sprintf("%s: %s", check, reason)}
 }
 
 // validate checks a call against the tools offered and its schema.
