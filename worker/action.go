@@ -61,7 +61,7 @@ func nextAction(c *events.CallState, m tools.Manifest, dryRun, tainted bool) act
 	last := c.LastExecuted()
 	switch last.Status {
 	case events.ExecTransient:
-		if c.Attempts() < maxAttempts {
+		if n := notRun(c); c.Attempts()-n < maxAttempts && n <= maxNotRun {
 			return actRetry
 		}
 	case events.ExecTimeout, events.ExecUnknown:
@@ -94,6 +94,24 @@ func nextAction(c *events.CallState, m tools.Manifest, dryRun, tainted bool) act
 		return actRequestHuman
 	}
 	return actObserve
+}
+
+// maxNotRun bounds the attempts of one call whose tool never started:
+// their worker died, froze or starved before it (deadline_passed). They
+// do not use up maxAttempts, which bounds what the tool itself did, so a
+// worker's crash does not change what the run does; this keeps a call
+// from being begun for ever.
+const maxNotRun = 3
+
+// notRun counts the call's attempts whose tool never started.
+func notRun(c *events.CallState) int {
+	n := 0
+	for _, x := range c.Executed {
+		if x.Status == events.ExecTransient && x.ErrorClass == events.DeadlinePassed {
+			n++
+		}
+	}
+	return n
 }
 
 // reconciledFor returns the reconcile answer about the given attempt.

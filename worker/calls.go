@@ -275,8 +275,9 @@ type attempt struct {
 // executeGroup records the write-ahead executing event of each call of
 // group, runs them (concurrently when more than one) and records how each
 // ended, in call order. act says why they run: a first attempt is
-// budgeted (and previewed in a dry run); a retry waits its backoff; a
-// resumed attempt is the one a dead worker began.
+// budgeted (and previewed in a dry run); a retry waits its backoff. A
+// resumed attempt, one a dead worker began, is not run: its end is
+// recorded from what is known (see lostAttempt).
 func (r *run) executeGroup(ctx context.Context, group []*events.CallState, act action) error {
 	step := r.st.CurrentStep
 	var runs []*attempt
@@ -287,6 +288,28 @@ func (r *run) executeGroup(ctx context.Context, group []*events.CallState, act a
 		}
 		m := t.Manifest()
 		opID := events.OperationID(r.st.RunID, c.Call.ID)
+		if act == actResume {
+			lost := c.Executing[len(c.Executing)-1]
+			if until := lost.Deadline.Add(leaseGrace); r.p.now().Before(until) {
+				// The attempt's deadline has not passed: the worker that
+				// began it may be alive and about to record its end. Let it.
+				return &busyError{callID: c.Call.ID, until: until}
+			}
+			// The attempt's worker is gone. Record how the attempt ended,
+			// as far as anyone can tell; it is never run here. A run after
+			// this is a new attempt, whose executing event announces its
+			// own lease to every worker: one run under a deadline only
+			// this worker knew let another take the call over while the
+			// tool still ran, and run it a second time.
+			out, err := r.lostAttempt(ctx, m, lost)
+			if err != nil {
+				return err
+			}
+			if err := r.append(ctx, events.TypeExecuted, step, c.Call.ID, c.Call.Tool, out); err != nil {
+				return err
+			}
+			continue
+		}
 		if c.Validated.Redacted && !r.fresh[c.Call.ID] && !(r.task.DryRun && m.Permission == tools.Write) {
 			err := r.append(ctx, events.TypeExecuted, step, c.Call.ID, c.Call.Tool, events.ExecutedData{
 				Status: events.ExecArgsLost, OperationID: opID, ErrorClass: "args_lost",
@@ -299,45 +322,6 @@ func (r *run) executeGroup(ctx context.Context, group []*events.CallState, act a
 		}
 		a := &attempt{c: c, tool: t, rerun: act == actRetry}
 		switch {
-		case act == actResume && r.p.now().Before(c.Executing[len(c.Executing)-1].Deadline.Add(leaseGrace)):
-			// The attempt's deadline has not passed: the worker that began
-			// it may be alive and about to record its end. Let it.
-			return &busyError{callID: c.Call.ID, until: c.Executing[len(c.Executing)-1].Deadline.Add(leaseGrace)}
-		case act == actResume && m.Permission == tools.Write:
-			// A write began and its worker is gone: finish that same
-			// attempt, guided by the idempotency record, never by a blind
-			// re-run.
-			a.ex = c.Executing[len(c.Executing)-1]
-			// The recorded deadline has passed (that is why the attempt
-			// may be resumed). When the idempotency record shows the dead
-			// worker never claimed the operation, runWrite runs the tool
-			// now: give it a deadline of its own. The dead worker's would
-			// cancel the call before it starts and record a timeout (and
-			// a reconcile, and a second attempt) for a write that never
-			// began.
-			a.ex.Deadline = callDeadline(r.p.now(), r.deadline, m.Timeout.D()).UTC()
-			runs = append(runs, a)
-			continue
-		case act == actResume:
-			// A read began and its worker is gone. Record the lost
-			// attempt's end as unknown, so every executing has its
-			// executed (and InFlight, which counts them, ends); nextAction
-			// then runs the read again as a new attempt. Appending a new
-			// attempt without this left the lost one open for ever: the
-			// run looked in flight after every retry, until MaxDeliver
-			// stopped it with reason error.
-			lost := c.Executing[len(c.Executing)-1]
-			err := r.append(ctx, events.TypeExecuted, step, c.Call.ID, c.Call.Tool, events.ExecutedData{
-				Status:      events.ExecUnknown,
-				OperationID: lost.OperationID,
-				Attempt:     lost.Attempt,
-				ErrorClass:  "unknown_outcome",
-				Message:     "the worker running this attempt stopped before recording its end; the read is run again",
-			})
-			if err != nil {
-				return err
-			}
-			continue
 		case act == actExecute:
 			if s := beforeCall(r.st, r.limits, m, r.p.now(), r.deadline); !s.ok() {
 				return r.finish(ctx, s, nil)
@@ -354,7 +338,7 @@ func (r *run) executeGroup(ctx context.Context, group []*events.CallState, act a
 				continue
 			}
 		case act == actRetry:
-			if last := c.LastExecuted(); last != nil && last.Status == events.ExecTransient {
+			if last := c.LastExecuted(); last != nil && last.Status == events.ExecTransient && last.ErrorClass != events.DeadlinePassed {
 				if err := r.backoff(ctx); err != nil {
 					return err
 				}

@@ -372,6 +372,15 @@ func okStep(tool string) []string {
 	return []string{"proposed", "validated:ok(" + tool + ")", "executing(" + tool + ")", "executed:ok(" + tool + ")", "observed(" + tool + ")"}
 }
 
+// lostThenOKStep is okStep for a write whose first attempt's worker died
+// (or gave the run up) before it started the tool: that attempt is
+// recorded as not run (transient, deadline_passed), and a new attempt
+// runs the tool.
+func lostThenOKStep(tool string) []string {
+	return []string{"proposed", "validated:ok(" + tool + ")", "executing(" + tool + ")", "executed:transient(" + tool + ")",
+		"executing(" + tool + ")", "executed:ok(" + tool + ")", "observed(" + tool + ")"}
+}
+
 func concat(parts ...[]string) []string {
 	var out []string
 	for _, p := range parts {

@@ -84,6 +84,45 @@ func (r *run) runWrite(ctx context.Context, a *attempt) (events.ExecutedData, er
 	return out, nil
 }
 
+// lostAttempt says how an attempt whose worker died before recording its
+// end ended, as far as anyone can tell. A read's end is unknown (it is
+// run again). A write's is what its idempotency record says: runWrite
+// writes the record in this attempt's name before it starts the tool, so
+// without one the tool never started.
+func (r *run) lostAttempt(ctx context.Context, m tools.Manifest, lost events.ExecutingData) (events.ExecutedData, error) {
+	out := events.ExecutedData{OperationID: lost.OperationID, Attempt: lost.Attempt}
+	ended := func(status, class, msg string) (events.ExecutedData, error) {
+		out.Status, out.ErrorClass, out.Message = status, class, msg
+		return out, nil
+	}
+	if m.Permission != tools.Write {
+		return ended(events.ExecUnknown, "unknown_outcome", "the worker running this attempt stopped before recording its end; the read is run again")
+	}
+	rec, _, err := r.p.idem.Get(ctx, lost.OperationID)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound) || (err == nil && rec.Attempt < lost.Attempt):
+		return ended(events.ExecTransient, events.DeadlinePassed,
+			fmt.Sprintf("the worker running attempt %d stopped before it started the tool (the operation record never named the attempt); the tool was not run", lost.Attempt))
+	case err != nil:
+		return out, err
+	case rec.ArgsHash != lost.ArgsHash:
+		r.log.WarnContext(ctx, "idempotency conflict; call not executed", "operation_id", lost.OperationID, "call_id", rec.CallID)
+		return ended(events.ExecConflict, "conflict",
+			fmt.Sprintf("operation id %s is bound to arguments %s, not %s; not executed", lost.OperationID, rec.ArgsHash, lost.ArgsHash))
+	}
+	switch rec.State {
+	case idempotency.Completed:
+		out.Result = rec.Result
+		return ended(events.ExecOK, "", events.RecordedResultReused)
+	case idempotency.Retryable:
+		return ended(events.ExecTransient, "transient", "the tool failed transiently (the operation record says so); its worker stopped before recording the end")
+	case idempotency.Abandoned:
+		return ended(events.ExecUnknown, "unknown_outcome", "the operation was abandoned by a human")
+	}
+	return ended(events.ExecUnknown, "unknown_outcome",
+		fmt.Sprintf("attempt %d may have taken effect (record: %s); its worker stopped before recording the end; not re-run without reconciliation", lost.Attempt, rec.State))
+}
+
 // outcomePatience is how long a worker keeps trying to record an
 // operation's outcome while JetStream does not answer: a few times the
 // longest a cluster takes to elect new leaders after losing a server
