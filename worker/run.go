@@ -335,8 +335,14 @@ const minObservationBytes = 64
 // finish records the run's end.
 func (r *run) finish(ctx context.Context, s stop, final *events.FinalAnswer) error {
 	// The session remembers the run before the run is seen to end, so the
-	// next run of the session, started by whoever saw the end, finds it.
+	// next run of the session, started by whoever saw the end, finds it;
+	// and after the final answer it remembers is durable: staged, a crash
+	// before the flush would have the model asked again, and the session
+	// keep an answer the run never gave.
 	if final != nil && r.task.SessionID != "" {
+		if err := r.flush(ctx); err != nil {
+			return err
+		}
 		r.remember(ctx, final)
 	}
 	err := r.append(ctx, events.TypeFinished, r.st.Steps, "", "", events.FinishedData{

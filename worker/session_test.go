@@ -3,12 +3,17 @@ package worker_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/loopgate/loopgate/config"
 	"github.com/loopgate/loopgate/events"
+	"github.com/loopgate/loopgate/journal"
 	"github.com/loopgate/loopgate/model"
 )
 
@@ -90,5 +95,56 @@ func TestASessionCarriesMemoryAcrossThreeRuns(t *testing.T) {
 	}
 	if n := len(text(third)); n > 450 {
 		t.Errorf("session memory of %d bytes is far over its budget", n)
+	}
+}
+
+// With a step's events staged (serve's default), the final answer is
+// durable before the session remembers it. A worker that dies in between
+// leaves the model to be asked again; the session must hold the answer
+// the run's trail holds, not one the trail never got.
+func TestASessionRemembersOnlyAFinalAnswerTheTrailHolds(t *testing.T) {
+	t.Parallel()
+	var calls, died atomic.Int32
+	answer := func(n int32) string { return fmt.Sprintf("answer %d", n) }
+	m := model.Func(func(ctx context.Context, req model.Request) (model.Response, error) {
+		out, _ := json.Marshal(map[string]any{"final_answer": map[string]string{"summary": answer(calls.Add(1))}})
+		return model.Response{Output: out, Name: "memory"}, nil
+	})
+	b := setup(t, options{
+		agents: map[string]config.Profile{"chat": {
+			Model: config.Model{Provider: "scripted"}, Tools: []string{"lookup_complaints"}, Roles: []string{"operator"},
+		}},
+		scripts:     map[string]model.Model{"chat": m},
+		groupCommit: 2,
+		crash: func(point string) {
+			// Staged, the final decision's proposed is stored by the flush
+			// its finish makes: die just before it, the first time.
+			if point == "before:proposed" && died.Add(1) == 1 {
+				runtime.Goexit()
+			}
+		},
+		layout:  journal.Layout{AckWait: 500 * time.Millisecond},
+		workers: 2,
+	})
+	tk := task("sess-crash-1", "chat")
+	tk.SessionID = "desk-77"
+	evs := b.waitEnd(b.submit(tk))
+	if died.Load() == 0 {
+		t.Fatal("no worker died before the final answer was stored")
+	}
+	fin := last[events.FinishedData](t, evs, events.TypeFinished)
+	if fin.Final == nil || fin.Final.Summary != answer(calls.Load()) {
+		t.Fatalf("finished with %+v after %d model calls", fin.Final, calls.Load())
+	}
+	kv, err := b.env.JS.KeyValue(t.Context(), "loopgate_sessions")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := kv.Get(t.Context(), "cityops.desk-77")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := string(e.Value()); !strings.Contains(got, fin.Final.Summary) || strings.Count(got, "answer ") != 1 {
+		t.Errorf("the session remembers %s; want only the trail's final answer %q", got, fin.Final.Summary)
 	}
 }
