@@ -244,7 +244,8 @@ func (p *Pool) decide(ctx context.Context, msg approvalMsg) (outcome, string) {
 		p.log.WarnContext(ctx, "approval for an unknown run dropped", "tenant", tenant, "run_id", runID, "call_id", callID, "approval_seq", seq)
 		return rejected, "no such run"
 	}
-	if _, done := recorded(evs, seq); done {
+	spent, done := recorded(evs, seq)
+	if done {
 		// Its rejection is in the trail already: a redelivery after its
 		// handler died before acking, or another pool deciding it after
 		// it ran out of deliveries (decideDeadLetter).
@@ -312,6 +313,13 @@ func (p *Pool) decide(ctx context.Context, msg approvalMsg) (outcome, string) {
 		if err := p.wake(ctx, tenant, runID, wakeID(entry)); err != nil {
 			return decidedButFailed(err)
 		}
+		return settled, ""
+	}
+	if spent {
+		// The trail records this message's decision of an earlier round
+		// of the call. A message decides one question: redelivered (its
+		// handler died before acking, the run gone on to ask again), it
+		// must not answer the next round, which no human has seen.
 		return settled, ""
 	}
 	roles, known := p.app.ApproverRoles(m.Approver.ID)

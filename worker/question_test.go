@@ -1,6 +1,7 @@
 package worker_test
 
 import (
+	"context"
 	"errors"
 	"runtime"
 	"strings"
@@ -9,8 +10,11 @@ import (
 	"time"
 
 	"github.com/loopgate/loopgate/approvals"
+	"github.com/loopgate/loopgate/config"
 	"github.com/loopgate/loopgate/events"
 	"github.com/loopgate/loopgate/journal"
+	"github.com/loopgate/loopgate/model"
+	"github.com/loopgate/loopgate/tools"
 )
 
 // A worker writes a question's pending entry just before the question's
@@ -308,5 +312,58 @@ func TestADecisionOnlyTheEntryHoldsIsRecordedByTheRun(t *testing.T) {
 	want := events.ApprovedData{Kind: "approval", Round: 1, Decision: "approve", Approver: "supervisor@cityops", ArgsHash: e.ArgsHash, Reason: "looks right", ApprovalSeq: 4242}
 	if got != want {
 		t.Errorf("approved event %+v, want the entry's decision %+v", got, want)
+	}
+}
+
+// A human's retry decides one round of a needs_human question. Its
+// message is held while the run goes on under it; when the retried write's
+// outcome is unknown again, the run asks round 2, and here its worker dies
+// before acknowledging the message. The redelivered message must not
+// answer round 2, which no human has seen: the write would run a third
+// time on one decision.
+func TestARedeliveredDecisionDoesNotAnswerTheNextRound(t *testing.T) {
+	t.Parallel()
+	var runs, parks atomic.Int32
+	m, fns := ungated("create_ticket", &runs, func(ctx context.Context, c tools.Call) (any, error) {
+		if runs.Load() <= 2 {
+			<-ctx.Done() // times out: the outcome is unknown
+			return nil, ctx.Err()
+		}
+		return map[string]string{"ticket": "T-1"}, nil
+	})
+	m.Timeout = events.Duration(300 * time.Millisecond)
+	b := setup(t, options{
+		tools: []tools.Manifest{m}, builtins: fns, roles: writerRoles("create_ticket"),
+		agents:  map[string]config.Profile{"ticketer": profile("create_ticket")},
+		scripts: map[string]model.Model{"ticketer": scripted(t, `{"tool_calls":[{"tool":"create_ticket","args":{"n":1}}]}`, `{"final_answer":{"summary":"ok"}}`)},
+		layout:  journal.Layout{AckWait: 500 * time.Millisecond},
+		crash: func(point string) {
+			if point == "after:parked" && parks.Add(1) == 2 {
+				runtime.Goexit() // the run parked on round 2; its worker is gone, the decision unacknowledged
+			}
+		},
+	})
+	runID := b.submit(task("redelivered-retry-1", "ticketer"))
+	q := last[events.ApprovalRequestedData](t, []events.Event{b.waitType(runID, events.TypeApprovalRequested, 1)}, events.TypeApprovalRequested)
+	b.waitType(runID, events.TypeParked, 1)
+	first := b.publishApproval(runID, "s1c1", q.ArgsHash, "retry", "supervisor@cityops", "checked: no ticket exists")
+	b.waitType(runID, events.TypeParked, 2)
+	// The decision's message comes back and is settled.
+	consumerSettled(t, b, journal.StreamApprovals, journal.ConsumerApprovals)
+	b.publishApproval(runID, "s1c1", q.ArgsHash, "abandon", "supervisor@cityops", "two unknown outcomes: a human will check")
+	evs := b.waitEnd(runID)
+	assertTrail(t, evs, []string{
+		"started", "proposed", "validated:ok(create_ticket)",
+		"executing(create_ticket)", "executed:timeout(create_ticket)",
+		"approval_requested(create_ticket)", "parked", "approved:retry(create_ticket)",
+		"executing(create_ticket)", "executed:timeout(create_ticket)",
+		"approval_requested(create_ticket)", "parked", "approved:abandon(create_ticket)",
+		"observed(create_ticket)", "proposed:final", "finished:done",
+	})
+	if d := last[events.ApprovedData](t, evs, events.TypeApproved); d.ApprovalSeq == first {
+		t.Errorf("round 2 was decided by round 1's message (approval seq %d)", first)
+	}
+	if n := runs.Load(); n != 2 {
+		t.Errorf("the write ran %d times, want 2 (once, and once on the one retry)", n)
 	}
 }
