@@ -176,10 +176,7 @@ func (p *Pool) undecided(ctx context.Context, msg approvalMsg) (outcome, string)
 		}
 		return settled, ""
 	}
-	r, err := p.newRun(st, last, st.Started.Task, st.Started.Limits)
-	if err != nil {
-		return dropped(err)
-	}
+	r := p.ender(st, last)
 	m, _ := p.parseApproval(msg.data)
 	d := events.ApprovalRejectedData{Class: approvals.RejectUndecided, Detail: detail, ApprovalSeq: msg.seq}
 	if err := r.recordRejection(ctx, callID, d, m); err != nil {
@@ -253,7 +250,8 @@ func (p *Pool) decide(ctx context.Context, msg approvalMsg) (outcome, string) {
 	}
 	r, err := p.newRun(st, last, st.Started.Task, st.Started.Limits)
 	if err != nil {
-		return retry, ""
+		p.log.ErrorContext(ctx, "prepare run", "run_id", runID, "err", err)
+		return retry, err.Error()
 	}
 	reject := func(class, detail string, m *approvals.Message, errs []events.FieldError) (outcome, string) {
 		d := events.ApprovalRejectedData{Class: class, Detail: detail, Errors: errs, ApprovalSeq: seq}

@@ -177,11 +177,7 @@ func (p *Pool) stopPoisoned(ctx context.Context, subject string, data []byte, st
 		})
 		return nil
 	}
-	r, err := p.newRun(st, last, st.Started.Task, st.Started.Limits)
-	if err != nil {
-		return err
-	}
-	err = r.finish(ctx, stop{events.ReasonError, detail}, nil)
+	err = p.ender(st, last).finish(ctx, stop{events.ReasonError, detail}, nil)
 	if errors.Is(err, journal.ErrConflict) {
 		return nil // someone else recorded an end, or the run moved on
 	}

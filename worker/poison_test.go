@@ -2,11 +2,14 @@ package worker_test
 
 import (
 	"context"
+	"errors"
 	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/loopgate/loopgate/config"
 	"github.com/loopgate/loopgate/events"
@@ -79,5 +82,45 @@ func TestATaskThatKillsItsWorkersIsDeadLettered(t *testing.T) {
 			t.Fatal("the poisoned message stayed in the work stream")
 		case <-time.After(20 * time.Millisecond):
 		}
+	}
+}
+
+// An operator removes an agent profile while one of its runs is parked.
+// No worker can drive the run any more; its messages must still be
+// settled and the run stopped, not left in the queues for ever: an
+// approval is recorded as undecided once its deliveries are spent, and
+// the run's wake-up stops it with reason error, naming the cause.
+func TestARunWhoseProfileWasRemovedIsStoppedNotStranded(t *testing.T) {
+	t.Parallel()
+	o := oneDraft(t, "drafted")
+	o.layout = journal.Layout{MaxDeliver: 2, AckWait: 300 * time.Millisecond}
+	o.retry = 20 * time.Millisecond
+	b := setup(t, o)
+	runID, q := draftRun(t, b, "removed-profile-1")
+	b.stopPool()
+	delete(b.cfg.Agents, "one-draft")
+	b.startPool()
+
+	b.publishApproval(runID, "s1c1", q.ArgsHash, "approve", "supervisor@cityops", "fine")
+	b.waitType(runID, events.TypeApprovalRejected, 1)
+	consumerSettled(t, b, journal.StreamApprovals, journal.ConsumerApprovals)
+
+	if _, err := b.env.JS.Publish(t.Context(), events.ResumeSubject("cityops", runID), nil); err != nil {
+		t.Fatal(err)
+	}
+	evs := b.waitEnd(runID)
+	assertTrail(t, evs, []string{"started", "proposed", "validated:ok(draft_escalation)", "approval_requested(draft_escalation)", "parked",
+		"approval_rejected:undecided(draft_escalation)", "finished:error"})
+	if fin := last[events.FinishedData](t, evs, events.TypeFinished); !strings.Contains(fin.Detail, `agent profile "one-draft" is no longer configured`) {
+		t.Errorf("finished detail = %q, want the cause", fin.Detail)
+	}
+	consumerSettled(t, b, journal.StreamWork, journal.ConsumerWorkers)
+	s, err := b.env.JS.Stream(t.Context(), journal.StreamWork)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// (The question's expiry stays scheduled: firing, it finds the run over.)
+	if m, err := s.GetLastMsgForSubject(t.Context(), events.ResumeSubject("cityops", runID)); !errors.Is(err, jetstream.ErrMsgNotFound) {
+		t.Errorf("the run's wake-up is still in the work queue: %+v, %v", m, err)
 	}
 }

@@ -517,7 +517,7 @@ func (p *Pool) process(ctx context.Context, msg jetstream.Msg) (outcome, string)
 	r, err := p.newRun(st, last, task, limits)
 	if err != nil {
 		p.log.ErrorContext(ctx, "prepare run", "run_id", runID, "err", err)
-		return retry, ""
+		return retry, err.Error()
 	}
 	if st.LastSeq == 0 {
 		if err := r.start(ctx); err != nil {
@@ -590,7 +590,7 @@ func (p *Pool) resume(ctx context.Context, tenant, runID string) (outcome, strin
 	r, err := p.newRun(st, last, st.Started.Task, st.Started.Limits)
 	if err != nil {
 		p.log.ErrorContext(ctx, "prepare run", "run_id", runID, "err", err)
-		return retry, ""
+		return retry, err.Error()
 	}
 	return p.drive(ctx, r)
 }

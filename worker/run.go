@@ -80,6 +80,19 @@ func (p *Pool) newRun(st *events.RunState, last uint64, task events.Task, limits
 	return r, nil
 }
 
+// ender prepares a started run only to record something about it (its
+// end, an approval message it rejects), with none of what driving it
+// needs: its agent profile or model may be gone from the config (an
+// operator removed it while runs were in flight), and such a run must
+// still be stopped, not left with a message no worker can settle.
+func (p *Pool) ender(st *events.RunState, last uint64) *run {
+	task := st.Started.Task
+	return &run{
+		p: p, st: st, last: last, task: task, limits: st.Started.Limits,
+		log: p.log.With("run_id", st.RunID, "tenant", task.Tenant, "agent", task.Agent),
+	}
+}
+
 // append records one event and folds it into the run's state. It is the only
 // way a run changes. Without batching the event is durable before append
 // returns; with batching (r.batch) it is staged and becomes durable, with
