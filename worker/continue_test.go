@@ -184,3 +184,46 @@ func TestADecidedRunCaughtByAStopIsHandedToTheQueue(t *testing.T) {
 	b.startPool() // the next process
 	approvedOnce(t, b, b.waitEnd(runID), woken, 1, "the one that handed the run over")
 }
+
+// A pool that stops while a run's step is longer than the drain hands the
+// run back to the queue. Each stop (a rolling restart) must not spend one
+// of the message's deliveries: as many stops as MaxDeliver allows
+// deliveries, during one long step, must not stop a healthy run as a
+// poison message. The run is handed over as a wake-up of its own.
+func TestStopsDuringALongStepDoNotSpendTheRunsDeliveries(t *testing.T) {
+	t.Parallel()
+	const stops = 3
+	var calls atomic.Int32
+	b := setup(t, options{
+		layout:  journal.Layout{MaxDeliver: stops, AckWait: time.Second},
+		retry:   20 * time.Millisecond,
+		workers: 1,
+		agents:  map[string]config.Profile{"slow": profile("lookup_complaints")},
+		scripts: map[string]model.Model{"slow": model.Func(func(ctx context.Context, req model.Request) (model.Response, error) {
+			if calls.Add(1) <= stops {
+				<-ctx.Done() // longer than the drain: the pool's stop cancels it
+				return model.Response{}, ctx.Err()
+			}
+			return model.Response{Output: []byte(`{"final_answer":{"summary":"ok"}}`), Name: "slow"}, nil
+		})},
+	})
+	runID := b.submit(task("stops-1", "slow"))
+	for i := int32(1); i <= stops; i++ {
+		deadline := time.Now().Add(30 * time.Second)
+		for calls.Load() < i {
+			if time.Now().After(deadline) {
+				t.Fatalf("the model was asked %d times, want %d\n%s", calls.Load(), i, b.logs.String())
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+		_ = b.pool.Stop(ctx) // the drain runs out mid-step
+		cancel()
+		b.startPool()
+	}
+	evs := b.waitEnd(runID)
+	assertTrail(t, evs, []string{"started", "proposed:final", "finished:done"})
+	if n := calls.Load(); n != stops+1 {
+		t.Errorf("the model was asked %d times, want %d", n, stops+1)
+	}
+}

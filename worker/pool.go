@@ -406,6 +406,9 @@ func (p *Pool) handle(ctx context.Context, msg jetstream.Msg) {
 		return p.processSafely(ctx, msg)
 	})
 	stopHeartbeat()
+	if o == stopping && p.handOver(ctx, msg) {
+		return
+	}
 	if o == retry && p.lastDelivery(msg) {
 		// The message will not come back: stop its run with the cause
 		// rather than leave it to rot in the stream.
@@ -418,6 +421,46 @@ func (p *Pool) handle(ctx context.Context, msg jetstream.Msg) {
 	if err := settle(msg, o, reason, p.opts.RetryDelay); err != nil {
 		p.log.WarnContext(ctx, "settle work message", "subject", msg.Subject(), "outcome", o.String(), "err", err)
 	}
+}
+
+// handOver hands the run of msg, which this worker stopped working on
+// because its pool is stopping, to the queue as a wake-up of its own, and
+// acknowledges msg. Nakked, msg would spend a delivery on every stop: a
+// step longer than the drain, caught by a few rolling restarts, would
+// stop a healthy run as a poison message. A task whose run has not
+// started is not handed over (a wake-up would find no run): it reports
+// false, as when the wake-up cannot be published, and msg is nakked.
+func (p *Pool) handOver(ctx context.Context, msg jetstream.Msg) bool {
+	kind, tenant, runID, err := events.ParseWorkSubject(msg.Subject())
+	meta, merr := msg.Metadata()
+	if err != nil || merr != nil {
+		return false
+	}
+	// The pool's context is done: hand over with one of its own.
+	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), handOverTimeout)
+	defer cancel()
+	if kind == "tasks" {
+		id := firstTaskID(msg.Data())
+		if id == "" {
+			return false
+		}
+		runID = events.RunID(tenant, id)
+		if _, started, err := p.journal.Last(hctx, tenant, runID); err != nil || !started {
+			return false
+		}
+	}
+	// One wake-up per delivery handed over, however often its publish is
+	// tried.
+	if err := p.wake(hctx, tenant, runID, fmt.Sprintf("handover/%s/%d/%d", runID, meta.Sequence.Stream, meta.NumDelivered)); err != nil {
+		p.log.WarnContext(ctx, "run not handed to the queue; its message is handed back", "run_id", runID, "err", err)
+		return false
+	}
+	if err := msg.Ack(); err != nil {
+		// It comes back beside the wake-up: whichever a worker takes
+		// first goes on with the run, the other finds it taken or done.
+		p.log.WarnContext(ctx, "settle work message", "subject", msg.Subject(), "err", err)
+	}
+	return true
 }
 
 // projectionAckWait bounds how long an acknowledgement waits for the
