@@ -123,7 +123,12 @@ func (s *Store) Request(ctx context.Context, e Entry) (Entry, error) {
 		return Entry{}, fmt.Errorf("approval %s: round %d is behind the stored round %d", key, e.Round, cur.Round)
 	}
 	if _, err := s.kv.Update(ctx, key, b, rev); err != nil {
-		return Entry{}, fmt.Errorf("request approval %s round %d: %w", key, e.Round, ErrLost)
+		if errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+			return Entry{}, fmt.Errorf("request approval %s round %d: %w", key, e.Round, ErrLost)
+		}
+		// Not a race: JetStream did not take the write (an outage is
+		// waited out by the caller, not spent as a lost race).
+		return Entry{}, fmt.Errorf("request approval %s round %d: %w", key, e.Round, err)
 	}
 	return e, nil
 }
@@ -165,7 +170,10 @@ func (s *Store) Decide(ctx context.Context, e Entry, rev uint64) error {
 		return err
 	}
 	if _, err := s.kv.Update(ctx, Key(e.RunID, e.CallID), b, rev); err != nil {
-		if errors.Is(err, jetstream.ErrKeyExists) {
+		// A revision conflict is 10071 on one server and 10164 on a
+		// replicated bucket; nats.go maps both to ErrKeyRevisionMismatch
+		// (ErrKeyExists matches only the first).
+		if errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
 			return fmt.Errorf("decide approval %s/%s: %w", e.RunID, e.CallID, ErrLost)
 		}
 		return fmt.Errorf("decide approval %s/%s: %w", e.RunID, e.CallID, err)

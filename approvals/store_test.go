@@ -238,3 +238,57 @@ func TestTheOneTimeListingRunsOnceWhenNothingIsPending(t *testing.T) {
 		t.Errorf("pending = %+v (%v), want nothing (the mark is not a question)", got, err)
 	}
 }
+
+// The first valid decision wins by compare-and-set; the loser learns it
+// lost (ErrLost, to decide again from a fresh read), on one server and
+// on a replicated bucket alike, whose conflicts JetStream reports with
+// another code.
+func TestALateDecisionIsLostOnOneServerAndOnThree(t *testing.T) {
+	t.Parallel()
+	for _, where := range []string{"one server", "three servers"} {
+		t.Run(where, func(t *testing.T) {
+			t.Parallel()
+			var js jetstream.JetStream
+			if where == "one server" {
+				js = natstest.Start(t).JS
+			} else {
+				js = natstest.StartCluster(t).JS
+			}
+			kv, err := js.KeyValue(t.Context(), journal.BucketApprovals)
+			if err != nil {
+				t.Fatal(err)
+			}
+			store := approvals.NewStore(kv, nil)
+			q := question("acme", 1)
+			if _, err := store.Request(t.Context(), q); err != nil {
+				t.Fatal(err)
+			}
+			e, rev, err := store.Get(t.Context(), q.RunID, q.CallID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			e.State, e.Decision, e.DecidedBy = "approved", approvals.Approve, "supervisor@cityops"
+			if err := store.Decide(t.Context(), e, rev); err != nil {
+				t.Fatal(err)
+			}
+			e.State, e.Decision, e.DecidedBy = "denied", approvals.Deny, "other@cityops"
+			if err := store.Decide(t.Context(), e, rev); !errors.Is(err, approvals.ErrLost) {
+				t.Fatalf("a second decision at the same revision = %v, want ErrLost", err)
+			}
+			// Round 2 asked against a stale read loses the same way.
+			q2 := q
+			q2.Round = 2
+			if _, err := store.Request(t.Context(), q2); err != nil {
+				t.Fatal(err)
+			}
+			e2, rev2, _ := store.Get(t.Context(), q.RunID, q.CallID)
+			if e2.Round != 2 || !e2.Pending() {
+				t.Fatalf("entry after round 2 asked = %+v", e2)
+			}
+			e2.State, e2.Decision, e2.DecidedBy = "approved", approvals.Approve, "supervisor@cityops"
+			if err := store.Decide(t.Context(), e2, rev2-1); !errors.Is(err, approvals.ErrLost) {
+				t.Fatalf("a decision at a stale revision = %v, want ErrLost", err)
+			}
+		})
+	}
+}

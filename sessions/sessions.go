@@ -177,7 +177,10 @@ func (st *Store) Record(ctx context.Context, tenant, id, runID string, turns []e
 		if err == nil {
 			return nil
 		}
-		if !errors.Is(err, jetstream.ErrKeyExists) {
+		// Another writer got there first: read again. (A conflict on
+		// Update is ErrKeyRevisionMismatch, which a replicated bucket's
+		// 10164 matches and ErrKeyExists does not.)
+		if !errors.Is(err, jetstream.ErrKeyExists) && !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
 			return fmt.Errorf("store session %s: %w", id, err)
 		}
 	}
