@@ -84,6 +84,10 @@ type ToolCall struct {
 	ProviderID string          `json:"provider_id,omitempty"`
 	Tool       string          `json:"tool"`
 	Args       json.RawMessage `json:"args"`
+	// Redacted: the arguments held sensitive values, stored replaced.
+	// Only the worker that proposed the call knew them; no other may
+	// validate or run it from what is stored.
+	Redacted bool `json:"redacted,omitempty"`
 }
 
 // FinalAnswer ends a run.

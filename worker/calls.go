@@ -58,7 +58,15 @@ func (r *run) runCalls(ctx context.Context) error {
 	step := r.st.CurrentStep
 	for _, c := range r.st.CurrentCalls {
 		if c.Validated == nil {
-			v := r.validate(c.Call)
+			var v *events.ValidatedData
+			if c.Call.Redacted && !r.fresh[c.Call.ID] {
+				// Validating the stored placeholders would run the tool
+				// with them, an approver approving them unawares.
+				v = &events.ValidatedData{Status: events.InvalidArguments, Errors: []events.FieldError{{Field: "",
+					Message: "the arguments held sensitive values, which loopgate never stores, and the worker that knew them is gone: propose the call again"}}}
+			} else {
+				v = r.validate(c.Call)
+			}
 			if err := r.append(ctx, events.TypeValidated, step, c.Call.ID, c.Call.Tool, v); err != nil {
 				return err
 			}
@@ -176,10 +184,7 @@ func (r *run) validate(call events.ToolCall) *events.ValidatedData {
 		return &events.ValidatedData{Status: events.InvalidArguments, Errors: errs}
 	}
 	_, redacted := r.p.redactor.JSON(canonical)
-	if r.fresh == nil {
-		r.fresh = map[string]bool{}
-	}
-	r.fresh[call.ID] = true
+	r.know(call.ID)
 	return &events.ValidatedData{
 		Status:     events.ValidOK,
 		Args:       canonical,

@@ -686,6 +686,7 @@ func (p *Pool) drive(ctx context.Context, r *run) (outcome, string) {
 			return p.failed(ctx, r, nerr)
 		}
 		r.log.DebugContext(ctx, "lost an append race; reloaded the run", "last_seq", st.LastSeq)
+		nr.adopt(r)
 		r = nr
 		err = p.driveOnce(ctx, r)
 	}

@@ -3,13 +3,16 @@ package worker_test
 import (
 	"context"
 	"encoding/json"
+	"runtime"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/loopgate/loopgate/config"
 	"github.com/loopgate/loopgate/events"
+	"github.com/loopgate/loopgate/journal"
 	"github.com/loopgate/loopgate/model"
 	"github.com/loopgate/loopgate/tools"
 )
@@ -64,5 +67,76 @@ func TestSensitiveValuesNeverReachTheAuditStream(t *testing.T) {
 	obs := string(last[events.ObservedData](t, evs, events.TypeObserved).Observation)
 	if !strings.Contains(obs, "[email]") || !strings.Contains(obs, "[phone]") {
 		t.Errorf("the model's observation is not redacted: %s", obs)
+	}
+}
+
+// A call whose arguments hold sensitive values is stored with them
+// replaced, so only the worker that proposed it knows them. That worker
+// must run the call with the real ones even when it has to reload the
+// run first (another writer, here the approvals handler recording a
+// message it rejects, appended between its proposed and validated); a
+// worker that takes the run up after it died must not validate (or run,
+// or have approved) the placeholders: it asks the model to propose again.
+func TestAProposalsSensitiveArgumentsAreNeverRunAsPlaceholders(t *testing.T) {
+	t.Parallel()
+	const call = `{"tool_calls":[{"tool":"create_ticket","args":{"notify":"alice@example.com","password":"hunter2"}}]}`
+	for _, crash := range []bool{false, true} {
+		name := map[bool]string{false: "another writer between proposed and validated", true: "the proposer dies after proposed"}[crash]
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			var (
+				runs, passed atomic.Int32
+				mu           sync.Mutex
+				got          []string
+			)
+			m, fns := ungated("create_ticket", &runs, func(ctx context.Context, c tools.Call) (any, error) {
+				mu.Lock()
+				got = append(got, string(c.Args))
+				mu.Unlock()
+				return map[string]string{"ticket": "T-1"}, nil
+			})
+			m.ArgsSchema = json.RawMessage(`{"type":"object","properties":{"notify":{"type":"string"},"password":{"type":"string"}}}`)
+			tk := task("placeholders-"+map[bool]string{false: "race", true: "crash"}[crash], "ticketer")
+			runID := events.RunID(tk.Tenant, tk.TaskID)
+			var b *bundle
+			b = setup(t, options{
+				tools: []tools.Manifest{m}, builtins: fns, roles: writerRoles("create_ticket"),
+				agents:  map[string]config.Profile{"ticketer": profile("create_ticket")},
+				scripts: map[string]model.Model{"ticketer": scripted(t, call, `{"final_answer":{"summary":"ok"}}`)},
+				layout:  journal.Layout{AckWait: 500 * time.Millisecond},
+				crash: func(point string) {
+					if point != "after:proposed" || passed.Add(1) != 1 {
+						return
+					}
+					if crash {
+						runtime.Goexit()
+					}
+					b.publishMessage(map[string]string{"junk": "x"}, runID, "s1c1")
+					b.waitType(runID, events.TypeApprovalRejected, 1)
+				},
+				workers: 2,
+			})
+			b.submit(tk)
+			evs := b.waitEnd(runID)
+			if fin := last[events.FinishedData](t, evs, events.TypeFinished); fin.Reason != events.ReasonDone {
+				t.Fatalf("finished %s: %s", fin.Reason, fin.Detail)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			for _, args := range got {
+				if !strings.Contains(args, "alice@example.com") || !strings.Contains(args, "hunter2") {
+					t.Errorf("the tool ran with %s, not the proposed arguments", args)
+				}
+			}
+			if p := last[events.ProposedData](t, []events.Event{all(evs, events.TypeProposed)[0]}, events.TypeProposed); !p.Decision.ToolCalls[0].Redacted {
+				t.Errorf("the stored proposal does not say its arguments were redacted: %+v", p.Decision.ToolCalls[0])
+			}
+			switch {
+			case !crash && runs.Load() != 1:
+				t.Errorf("the write ran %d times, want once", runs.Load())
+			case crash && runs.Load() != 0:
+				t.Errorf("the write ran %d times after its proposer died, want never", runs.Load())
+			}
+		})
 	}
 }

@@ -34,9 +34,9 @@ type run struct {
 	batch    bool           // stage events and append each step's in one append
 	atomic   bool           // ...in one atomic batch (AppendBatch), not one Append
 	staged   []events.Event // appended to state, not yet durable
-	// fresh holds the calls this worker validated itself: only their
-	// arguments are known in full. A call whose stored arguments were
-	// redacted and that another worker validated cannot run faithfully.
+	// fresh holds the calls whose arguments this worker knows in full: it
+	// proposed or validated them itself. A call whose stored arguments
+	// were redacted cannot be validated or run faithfully by another.
 	fresh map[string]bool
 }
 
@@ -297,6 +297,13 @@ func (r *run) propose(ctx context.Context) error {
 		return r.finish(ctx, stop{events.ReasonError, "model failed: " + err.Error()}, nil)
 	}
 	decision, invalid := r.p.decisions.parse(resp.Output, step)
+	if decision != nil {
+		for i := range decision.ToolCalls {
+			c := &decision.ToolCalls[i]
+			_, c.Redacted = r.p.redactor.JSON(c.Args)
+			r.know(c.ID)
+		}
+	}
 	data := events.ProposedData{Decision: decision, Invalid: invalid, Usage: resp.Usage, LatencyMS: latency, Model: resp.Name, ProviderMessage: resp.Message}
 	if price, ok := r.p.app.Pricing[resp.Name]; ok {
 		data.CostUSD = price.Cost(resp.Usage)
@@ -310,6 +317,32 @@ func (r *run) propose(ctx context.Context) error {
 		}
 	}
 	return r.append(ctx, events.TypeProposed, step, "", "", data)
+}
+
+// know records that this worker holds call id's arguments in full.
+func (r *run) know(id string) {
+	if r.fresh == nil {
+		r.fresh = map[string]bool{}
+	}
+	r.fresh[id] = true
+}
+
+// adopt takes over from old, the run this worker drove before reloading
+// it (another writer appended meanwhile), the arguments old knew in full:
+// the reloaded state holds only the stored ones, redacted. A call of the
+// same id is the same call (its id names its step).
+func (r *run) adopt(old *run) {
+	for id := range old.fresh {
+		was, now := old.st.Call(id), r.st.Call(id)
+		if was == nil || now == nil || now.Call.Tool != was.Call.Tool {
+			continue
+		}
+		now.Call.Args = was.Call.Args
+		if now.Validated != nil && was.Validated != nil {
+			now.Validated.Args = was.Validated.Args
+		}
+		r.know(id)
+	}
 }
 
 // boundedRaw keeps at most 4 KiB of an invalid model output for the trail.
