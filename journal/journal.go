@@ -148,9 +148,12 @@ func New(ctx context.Context, js jetstream.JetStream, opts ...Option) (*Journal,
 // not acknowledged (a timeout, a lost ack) succeeds without storing them
 // twice, as long as the events are identical, byte for byte, to the first
 // attempt's (the same EventID and Time). The same run seq with other
-// content is a conflict. The Nats-Msg-Id does not name the tenant, so run
-// ids must be unique across tenants, as events.RunID makes them: the same
-// run id in two tenants within the 2m duplicate window reads as a conflict.
+// content is a conflict. Neither depends on the stream still remembering
+// the Nats-Msg-Id (its window is short, see eventsDuplicateWindow): the
+// expected last sequence refuses a stored event published again. The
+// Nats-Msg-Id does not name the tenant, so run ids must be unique across
+// tenants, as events.RunID makes them: the same run id in two tenants
+// within the duplicate window reads as a conflict.
 //
 // On error the returned seq is that of the last event known to be stored
 // (lastStreamSeq if none was). Cancelling ctx abandons the publish in

@@ -65,6 +65,19 @@ const SchedulesPrefix = "loopgate.schedules"
 // retried publish of a task or an event is stored once.
 const duplicateWindow = 2 * time.Minute
 
+// eventsDuplicateWindow is how long StreamEvents remembers a Nats-Msg-Id.
+// Every append is conditional on the run's last sequence, so a stored
+// event published again is refused by that expectation however late
+// (a single server checks it before the ids; Append and AppendBatch then
+// find the event is theirs): the ids only answer a quick retry, on a
+// replicated stream, first. The server keeps every id of the window in
+// memory, and its cost grows with their number: at 2m, 64 writers
+// appending 45,000 events/s held 2.4 million ids after a minute and each
+// append cost 40-90 % more CPU than with a 10 s window, which stays flat
+// (docs/benchmarks.md, "Thirteenth round"). Ten seconds covers a client's
+// retry after an answer lost to a timeout.
+const eventsDuplicateWindow = 10 * time.Second
+
 // markerTTL is how long BucketIdempotency keeps the marker of a key its TTL
 // removed. Any positive value enables per-key TTLs.
 const markerTTL = time.Minute
@@ -163,8 +176,10 @@ func (l Layout) streams() []jetstream.StreamConfig {
 			Storage:     jetstream.FileStorage,
 			Replicas:    l.Replicas,
 			MaxAge:      l.EventsMaxAge,
-			// The window may not exceed the max age.
-			Duplicates: min(duplicateWindow, cmp.Or(l.EventsMaxAge, duplicateWindow)),
+			// Shorter than the other streams' (whose dedupe is the only
+			// guard of a retried publish), and than EventsMaxAge's
+			// least, 1m.
+			Duplicates: eventsDuplicateWindow,
 			// Reads go to the stream leader (the msg-get API), never to a
 			// follower that may lag the last append.
 			AllowDirect: false,
