@@ -94,17 +94,23 @@ func TestEnsureIsIdempotentAndRestartKeepsEvents(t *testing.T) {
 		}
 	}
 
-	for name, want := range map[string]jetstream.RetentionPolicy{
-		journal.StreamWork:      jetstream.WorkQueuePolicy,
-		journal.StreamEvents:    jetstream.LimitsPolicy,
-		journal.StreamApprovals: jetstream.LimitsPolicy,
+	// The events stream's ids only answer a quick retry (its appends are
+	// conditional); the others' dedupe is their only guard of a retried
+	// publish (a task, a wake-up, an approval).
+	for name, want := range map[string]struct {
+		retention jetstream.RetentionPolicy
+		window    time.Duration
+	}{
+		journal.StreamWork:      {jetstream.WorkQueuePolicy, 2 * time.Minute},
+		journal.StreamEvents:    {jetstream.LimitsPolicy, 10 * time.Second},
+		journal.StreamApprovals: {jetstream.LimitsPolicy, 2 * time.Minute},
 	} {
 		st, err := env.JS.Stream(ctx, name)
 		if err != nil {
 			t.Fatalf("stream %s: %v", name, err)
 		}
 		cfg := st.CachedInfo().Config
-		if cfg.Retention != want || cfg.Storage != jetstream.FileStorage || cfg.Duplicates != 2*time.Minute || cfg.MaxAge != 0 {
+		if cfg.Retention != want.retention || cfg.Storage != jetstream.FileStorage || cfg.Duplicates != want.window || cfg.MaxAge != 0 {
 			t.Errorf("stream %s: retention %v storage %v duplicates %v max age %v", name, cfg.Retention, cfg.Storage, cfg.Duplicates, cfg.MaxAge)
 		}
 	}
