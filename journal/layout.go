@@ -273,7 +273,11 @@ func (l Layout) approvals() jetstream.ConsumerConfig {
 }
 
 // Ensure creates the streams, buckets and worker consumer of l, or updates
-// them to match l. It is idempotent and safe to run from every process at
+// them to match l. It never lowers the replicas of a stream or bucket that
+// has more than l asks for: the one process started without --replicas in
+// a cluster's pool would otherwise turn its R3 streams, the audit log
+// among them, into R1, and the loss of one server would lose events.
+// Lower them by hand if that is meant (nats stream edit). It is idempotent and safe to run from every process at
 // startup; concurrent runs converge. Changes JetStream refuses (storage
 // type, work-queue retention) fail with an error naming the stream, bucket
 // or consumer.
@@ -283,6 +287,9 @@ func Ensure(ctx context.Context, js jetstream.JetStream, l Layout) error {
 		return err
 	}
 	for _, cfg := range l.streams() {
+		if st, err := js.Stream(ctx, cfg.Name); err == nil {
+			cfg.Replicas = max(cfg.Replicas, st.CachedInfo().Config.Replicas)
+		}
 		if _, err := js.CreateOrUpdateStream(ctx, cfg); err != nil {
 			return fmt.Errorf("journal: ensure stream %s: %w", cfg.Name, err)
 		}
@@ -335,8 +342,11 @@ var bucketStreams = map[string]bucketStream{
 // after the upgrade that turns them off, restart every loopgate process.
 func ensureBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig, want bucketStream) error {
 	name := "KV_" + cfg.Bucket
-	if st, err := js.Stream(ctx, name); err == nil && bucketAsWanted(st.CachedInfo().Config, cfg, want) {
-		return nil
+	if st, err := js.Stream(ctx, name); err == nil {
+		cfg.Replicas = max(cfg.Replicas, st.CachedInfo().Config.Replicas) // never lowered, as Ensure's streams
+		if bucketAsWanted(st.CachedInfo().Config, cfg, want) {
+			return nil
+		}
 	}
 	if _, err := js.CreateOrUpdateKeyValue(ctx, cfg); err != nil {
 		return err

@@ -130,3 +130,26 @@ func TestGroupCommitOnAReplicatedStream(t *testing.T) {
 		t.Fatalf("group stats = %+v, want the second batch refused", st)
 	}
 }
+
+// A process started without --replicas in a cluster's pool runs Ensure
+// with one replica. It must not lower the replicas of the streams and
+// buckets the cluster's processes made at three: the audit log would live
+// on one server.
+func TestEnsureNeverLowersReplicas(t *testing.T) {
+	t.Parallel()
+	c := natstest.StartCluster(t)
+	ctx := t.Context()
+	if err := journal.Ensure(ctx, c.JS, journal.Layout{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{journal.StreamEvents, journal.StreamWork, journal.StreamApprovals,
+		"KV_" + journal.BucketIdempotency, "KV_" + journal.BucketApprovals, "KV_" + journal.BucketRuns} {
+		st, err := c.JS.Stream(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := st.CachedInfo().Config.Replicas; n != 3 {
+			t.Errorf("%s has %d replicas after Ensure at one, want 3 kept", name, n)
+		}
+	}
+}
