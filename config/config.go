@@ -36,6 +36,8 @@ type Config struct {
 	// absolute path; Load, reading from an fs.FS with no OS directory,
 	// leaves it empty.
 	Dir string `json:"-"`
+	// dataDefaulted: Server.Data is the default, not the file's.
+	dataDefaulted bool
 	// FS holds the files the config refers to (argument schemas, scripts),
 	// rooted at the config file's directory; ReadFile reads from it. Set by
 	// the loader, not read from the file.
@@ -69,7 +71,9 @@ type Server struct {
 	// Listen is the embedded server's client address. Defaults to 127.0.0.1:4222.
 	Listen string `json:"listen,omitempty"`
 	// Data is the directory of the JetStream file store and the tools'
-	// files (outbox). Defaults to ./loopgate-data.
+	// files (outbox). Set in a file, a relative path is relative to the
+	// file (LoadFile makes it absolute); the default, ./loopgate-data, is
+	// relative to the working directory, as the --data flag is.
 	Data string `json:"data,omitempty"`
 	// Workers is the number of concurrent runs a process works on. Defaults to 4.
 	Workers int `json:"workers,omitempty"`

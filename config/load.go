@@ -38,6 +38,12 @@ func LoadFile(name string) (*Config, error) {
 		return nil, err
 	}
 	c.Dir = dir
+	if !c.dataDefaulted && !filepath.IsAbs(c.Server.Data) {
+		// Paths in the file are relative to it: started from another
+		// directory (a service manager starts in /), the same config
+		// must open the same store, not a new, empty one.
+		c.Server.Data = filepath.Join(dir, c.Server.Data)
+	}
 	return c, nil
 }
 
@@ -237,7 +243,9 @@ func cleanPath(rel string) (string, error) {
 // place defaults are set.
 func (c *Config) setDefaults() {
 	c.Server.Listen = cmp.Or(c.Server.Listen, "127.0.0.1:4222")
-	c.Server.Data = cmp.Or(c.Server.Data, "./loopgate-data")
+	if c.Server.Data == "" {
+		c.Server.Data, c.dataDefaulted = "./loopgate-data", true
+	}
 	c.Server.Workers = cmp.Or(c.Server.Workers, 4)
 	c.Server.SyncInterval = cmp.Or(c.Server.SyncInterval, "always")
 	c.Server.Replicas = cmp.Or(c.Server.Replicas, 1)

@@ -486,3 +486,39 @@ func assertJSONEqual(t *testing.T, what string, got json.RawMessage, want string
 		t.Errorf("%s = %s, want %s", what, gb, wb)
 	}
 }
+
+// server.data set in a file is relative to the file, as its other paths
+// are: the same config started from another directory (a service manager
+// starts in /) opens the same store. The default stays relative to the
+// working directory, where it always was.
+func TestAFilesDataDirectoryIsRelativeToTheFile(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ data, want string }{
+		{"server:\n  data: ./store\n", "cfgdir/store"},
+		{"", "./loopgate-data"},
+		{"server:\n  data: /var/lib/loopgate\n", "/var/lib/loopgate"},
+	} {
+		dir := t.TempDir()
+		cfgDir := filepath.Join(dir, "cfgdir")
+		for name, f := range files(strings.Replace(validYAML, "version: 1\n", "version: 1\n"+tc.data, 1)) {
+			p := filepath.Join(cfgDir, name)
+			if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(p, f.Data, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		c, err := config.LoadFile(filepath.Join(cfgDir, "loopgate.yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := tc.want
+		if strings.HasPrefix(want, "cfgdir/") {
+			want = filepath.Join(dir, want)
+		}
+		if c.Server.Data != want {
+			t.Errorf("server.data %q: got %q, want %q", strings.TrimSpace(tc.data), c.Server.Data, want)
+		}
+	}
+}
