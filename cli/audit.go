@@ -36,6 +36,10 @@ func runAudit(ctx context.Context, e env, args []string) int {
 	}
 	if runID == "" && fs.NArg() == 1 {
 		runID = fs.Arg(0)
+	} else if fs.NArg() > 0 {
+		fmt.Fprintf(e.stderr, "loopgate audit: unexpected argument %q (the flags after it would not be read)\n", fs.Arg(0))
+		fs.Usage()
+		return exitError
 	}
 	if runID == "" || !events.ValidToken(runID) {
 		fs.Usage()

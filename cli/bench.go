@@ -43,7 +43,7 @@ func runBench(ctx context.Context, e env, args []string) int {
 		fmt.Fprintln(e.stderr, "usage: loopgate bench [--runs N] [--concurrency C] [--raw] [--approver ID] [--key FILE] [--progress D] [--timeout D] [--nats URL[,URL…]] [--json] [task flags]")
 		fs.PrintDefaults()
 	}
-	if code, ok := parseFlags(fs, e, args); !ok {
+	if code, ok := parseOnlyFlags(fs, e, args); !ok {
 		return code
 	}
 	switch {

@@ -96,6 +96,22 @@ func parseFlags(fs *flag.FlagSet, e env, args []string) (code int, ok bool) {
 	return 0, true
 }
 
+// parseOnlyFlags is parseFlags for a command that takes no positional
+// arguments. Go's flag package stops at the first one and leaves the rest
+// unread, so a stray word would silently drop every flag after it
+// (loopgate serve extra --data /srv/x served ./loopgate-data): refuse it.
+func parseOnlyFlags(fs *flag.FlagSet, e env, args []string) (code int, ok bool) {
+	if code, ok := parseFlags(fs, e, args); !ok {
+		return code, false
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(e.stderr, "%s: unexpected argument %q (the flags after it would not be read)\n", fs.Name(), fs.Arg(0))
+		fs.Usage()
+		return exitError, false
+	}
+	return 0, true
+}
+
 // parseInterspersed parses flags that may come before, between or after
 // positional arguments (loopgate approve RUN CALL --as ID), and returns
 // the positional ones.

@@ -485,3 +485,37 @@ func TestSubmitWithASessionShowsTheEarlierRuns(t *testing.T) {
 		t.Errorf("the third run does not see the earlier runs: %s", mem)
 	}
 }
+
+// Go's flag parsing stops at the first word that is not a flag: a stray
+// one would drop every flag after it (serve would serve the default data
+// directory, submit send another task). Each command refuses it, naming
+// it, before doing anything.
+func TestAStrayArgumentIsAnErrorNotDroppedFlags(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{
+		{"serve", "extra", "--data", t.TempDir()},
+		{"worker", "extra", "--nats", "nats://127.0.0.1:1"},
+		{"submit", "--input", "draft", "escalations", "--task-id", "stray-1"},
+		{"demo", "runaway"},
+		{"bench", "extra", "--runs", "1"},
+		{"tools", "extra"},
+		{"audit", "run-1", "extra", "--nats", "nats://127.0.0.1:1"},
+	} {
+		code, _, stderr := run(t, "", args...)
+		if code != exitError || !strings.Contains(stderr, "unexpected argument") {
+			t.Errorf("loopgate %s: exit %d, stderr %q; want an error naming the stray argument", strings.Join(args, " "), code, stderr)
+		}
+	}
+}
+
+// A task id the task schema refuses is refused by submit itself, naming
+// the flag, before anything is published: the workers would reject the
+// task under a run id submit never follows, and it would wait for its
+// whole --timeout.
+func TestSubmitRefusesATaskIDTheSchemaRefuses(t *testing.T) {
+	t.Parallel()
+	code, _, stderr := run(t, "", "submit", "--nats", "nats://127.0.0.1:1", "--task-id", "ticket/42")
+	if code != exitError || !strings.Contains(stderr, "--task-id") || !strings.Contains(stderr, "ticket/42") {
+		t.Errorf("exit %d, stderr %q; want an error naming --task-id", code, stderr)
+	}
+}

@@ -40,7 +40,7 @@ func runDemo(ctx context.Context, e env, args []string) int {
 		interact = fs.Bool("interactive", false, "show each gated write's exact action and ask approve? [y/N] on stdin instead of approving it")
 		approver = fs.String("approver", "supervisor@cityops", "who the demo approves as: try intern@cityops (may approve nothing) or dev@cityops (the task's own principal)")
 	)
-	if code, ok := parseFlags(fs, e, args); !ok {
+	if code, ok := parseOnlyFlags(fs, e, args); !ok {
 		return code
 	}
 	sc, ok := cityops.ScenarioByName(*scenario)

@@ -59,7 +59,7 @@ func runServe(ctx context.Context, e env, args []string) int {
 	fs := flag.NewFlagSet("loopgate serve", flag.ContinueOnError)
 	var f serveFlags
 	f.register(fs)
-	if code, ok := parseFlags(fs, e, args); !ok {
+	if code, ok := parseOnlyFlags(fs, e, args); !ok {
 		return code
 	}
 	return serve(ctx, e, f, false)
@@ -69,7 +69,7 @@ func runWorker(ctx context.Context, e env, args []string) int {
 	fs := flag.NewFlagSet("loopgate worker", flag.ContinueOnError)
 	var f serveFlags
 	f.register(fs)
-	if code, ok := parseFlags(fs, e, args); !ok {
+	if code, ok := parseOnlyFlags(fs, e, args); !ok {
 		return code
 	}
 	if f.natsURL == "" {

@@ -17,6 +17,9 @@ import (
 	"github.com/loopgate/loopgate/journal"
 )
 
+// publishTimeout bounds the publish of a task.
+const publishTimeout = 30 * time.Second
+
 func runSubmit(ctx context.Context, e env, args []string) int {
 	fs := flag.NewFlagSet("loopgate submit", flag.ContinueOnError)
 	var (
@@ -29,7 +32,7 @@ func runSubmit(ctx context.Context, e env, args []string) int {
 		timeout = fs.Duration("timeout", 5*time.Minute, "how long to follow the run")
 		asJSON  = fs.Bool("json", false, "print events as JSON lines")
 	)
-	if code, ok := parseFlags(fs, e, args); !ok {
+	if code, ok := parseOnlyFlags(fs, e, args); !ok {
 		return code
 	}
 	var payload []byte
@@ -61,18 +64,28 @@ func runSubmit(ctx context.Context, e env, args []string) int {
 	if !events.ValidToken(task.Tenant) {
 		return fail(e, "tenant %q is not a valid subject token", task.Tenant)
 	}
+	if !events.ValidTaskID(task.TaskID) {
+		// Workers would reject it, under a run id of their own making:
+		// refuse it here, where the sender can fix it.
+		return fail(e, "task_id %q (--task-id): want 1 to 128 letters, digits and, after the first, '.', '_', ':' or '-'", task.TaskID)
+	}
 	nc, js, j, err := connect(ctx, *natsURL)
 	if err != nil {
 		return fail(e, "%v", err)
 	}
 	defer nc.Close()
+	runID := events.RunID(task.Tenant, task.TaskID)
+	// The publish has a deadline of its own: --timeout is how long to
+	// follow the run, and a short one must not report as failed a task
+	// that was stored.
+	pctx, pcancel := context.WithTimeout(ctx, publishTimeout)
+	ack, err := js.Publish(pctx, events.TaskSubject(task.Tenant), payload, jetstream.WithMsgID(task.TaskID))
+	pcancel()
+	if err != nil {
+		return fail(e, "publish task %s: %v", task.TaskID, notStored(err, fmt.Sprintf("submit the same task again with --task-id %s (its task id makes that safe; it may have been stored)", task.TaskID)))
+	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	runID := events.RunID(task.Tenant, task.TaskID)
-	ack, err := js.Publish(ctx, events.TaskSubject(task.Tenant), payload, jetstream.WithMsgID(task.TaskID))
-	if err != nil {
-		return fail(e, "publish task: %v", notStored(err, "submit the same task again (its task id makes that safe)"))
-	}
 	if !*asJSON {
 		dup := ""
 		if ack.Duplicate {

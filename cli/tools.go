@@ -29,7 +29,7 @@ func runTools(ctx context.Context, e env, args []string) int {
 	configPath := fs.String("config", "", "config file (default: the built-in CityOps example)")
 	natsURL := fs.String("nats", "", "NATS URL to discover tool services on (default: list the manifests only)")
 	wait := fs.Duration("wait", time.Second, "how long to collect $SRV.INFO answers")
-	if code, ok := parseFlags(fs, e, args); !ok {
+	if code, ok := parseOnlyFlags(fs, e, args); !ok {
 		return code
 	}
 	cfg, err := loadConfig(*configPath)

@@ -81,3 +81,20 @@ func ParseWorkSubject(subject string) (kind, tenant, runID string, err error) {
 	}
 	return "", "", "", fmt.Errorf("not a loopgate work subject: %q", subject)
 }
+
+// ValidTaskID reports whether id may be a task_id (schemas/task.schema.json):
+// 1 to 128 letters, digits and, after the first, '.', '_', ':' or '-'. It
+// names the task's Nats-Msg-Id and its run.
+func ValidTaskID(id string) bool {
+	if id == "" || len(id) > 128 {
+		return false
+	}
+	for i, r := range id {
+		ok := r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' ||
+			i > 0 && strings.ContainsRune("._:-", r)
+		if !ok {
+			return false
+		}
+	}
+	return true
+}

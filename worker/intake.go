@@ -77,19 +77,7 @@ func lenientTaskID(data []byte, task *events.Task) {
 }
 
 // validTaskID mirrors the task_id pattern of schemas/task.schema.json.
-func validTaskID(id string) bool {
-	if id == "" || len(id) > 128 {
-		return false
-	}
-	for i, r := range id {
-		ok := r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' ||
-			i > 0 && strings.ContainsRune("._:-", r)
-		if !ok {
-			return false
-		}
-	}
-	return true
-}
+func validTaskID(id string) bool { return events.ValidTaskID(id) }
 
 // excerpt is the start of a message, as text an operator can read.
 func excerpt(data []byte) string {
