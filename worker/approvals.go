@@ -204,6 +204,44 @@ func recorded(evs []events.Event, seq uint64) (approved, rejected bool) {
 	return approved, rejected
 }
 
+// decidedBySignature returns the round of callID that an approval message
+// with this signature decided, as the run's approved events record it
+// (reading each one's message back from LOOPGATE_APPROVALS), or 0. Only
+// messages other than seq count.
+func (p *Pool) decidedBySignature(ctx context.Context, evs []events.Event, callID, signature string, seq uint64) (int, error) {
+	var stream jetstream.Stream
+	for i := range evs {
+		e := &evs[i]
+		if e.Type != events.TypeApproved || e.CallID != callID {
+			continue
+		}
+		var d events.ApprovedData
+		if e.Decode(&d) != nil || d.ApprovalSeq == 0 || d.ApprovalSeq == seq {
+			continue
+		}
+		if stream == nil {
+			var err error
+			if stream, err = p.js.Stream(ctx, journal.StreamApprovals); err != nil {
+				return 0, err
+			}
+		}
+		raw, err := stream.GetMsg(ctx, d.ApprovalSeq)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue
+		}
+		if err != nil {
+			return 0, err
+		}
+		var earlier struct {
+			Signature string `json:"signature"`
+		}
+		if json.Unmarshal(raw.Data, &earlier) == nil && earlier.Signature == signature {
+			return d.Round, nil
+		}
+	}
+	return 0, nil
+}
+
 // recordRejection appends d, about a message that decided nothing, to the
 // run's trail, with what could be read of the message (m; nil: nothing).
 func (r *run) recordRejection(ctx context.Context, callID string, d events.ApprovalRejectedData, m *approvals.Message) error {
@@ -319,6 +357,19 @@ func (p *Pool) decide(ctx context.Context, msg approvalMsg) (outcome, string) {
 		// handler died before acking, the run gone on to ask again), it
 		// must not answer the next round, which no human has seen.
 		return settled, ""
+	}
+	if m.Signature != "" && entry.Pending() {
+		// A signature binds run, call, arguments and decision, not the
+		// round: a copy of the signed retry that decided round 1,
+		// published again while round 2 waits, would run the write once
+		// more with no human asked.
+		round, err := p.decidedBySignature(ctx, evs, callID, m.Signature, seq)
+		switch {
+		case err != nil:
+			return failedOn(err)
+		case round > 0:
+			return reject(approvals.RejectStale, fmt.Sprintf("this signed decision already decided round %d of the question: a copy of it cannot answer round %d", round, entry.Round), m, nil)
+		}
 	}
 	roles, known := p.app.ApproverRoles(m.Approver.ID)
 	class, detail := approvals.Check(*m, entry, approvals.Policy{

@@ -1,16 +1,21 @@
 package worker_test
 
 import (
+	"context"
 	"encoding/json"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nkeys"
 
 	"github.com/loopgate/loopgate/approvals"
+	"github.com/loopgate/loopgate/config"
 	"github.com/loopgate/loopgate/events"
+	"github.com/loopgate/loopgate/model"
+	"github.com/loopgate/loopgate/tools"
 )
 
 // Signed approvals: the worker verifies each approval's nkey signature
@@ -261,5 +266,54 @@ func TestUnsignedApprovalsAreAcceptedWhenNotRequiredButSignaturesAreStillVerifie
 	))
 	if files := outboxFiles(t, b.outbox); len(files) != 1 {
 		t.Fatalf("outbox = %v, want the approved draft", files)
+	}
+}
+
+// A signature binds run, call, arguments and decision, not the round. The
+// signed retry that decided round 1 of a needs_human question, published
+// again (the same bytes, read from LOOPGATE_APPROVALS) while round 2
+// waits, must not answer round 2: the write would run once more with no
+// human asked. It is recorded as a stale signature; a human's own answer
+// to round 2 still decides it.
+func TestASignedDecisionCopiedIntoALaterRoundIsRejected(t *testing.T) {
+	t.Parallel()
+	var runs atomic.Int32
+	m, fns := ungated("create_ticket", &runs, func(ctx context.Context, c tools.Call) (any, error) {
+		<-ctx.Done() // always times out: the outcome is unknown
+		return nil, ctx.Err()
+	})
+	m.Timeout = events.Duration(300 * time.Millisecond)
+	b := setup(t, options{
+		tools: []tools.Manifest{m}, builtins: fns, roles: writerRoles("create_ticket"),
+		agents:  map[string]config.Profile{"ticketer": profile("create_ticket")},
+		scripts: map[string]model.Model{"ticketer": scripted(t, `{"tool_calls":[{"tool":"create_ticket","args":{"n":1}}]}`, `{"final_answer":{"summary":"ok"}}`)},
+	})
+	requireSignatures(b, true)
+	runID := b.submit(task("signed-replay-1", "ticketer"))
+	q := last[events.ApprovalRequestedData](t, []events.Event{b.waitType(runID, events.TypeApprovalRequested, 1)}, events.TypeApprovalRequested)
+	b.waitType(runID, events.TypeParked, 1)
+	sup := exampleKey(t, "supervisor@cityops")
+	sign := func(d approvals.Decision, reason string) approvals.Message {
+		msg := approvals.Message{RunID: runID, CallID: "s1c1", ArgsHash: q.ArgsHash, Decision: d,
+			Approver: approvals.Approver{ID: "supervisor@cityops"}, Reason: reason}
+		if err := approvals.Sign(&msg, sup, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		return msg
+	}
+	retry := sign(approvals.Retry, "checked: no ticket exists")
+	if c, d := b.outcomeOf(runID, b.publishMessage(retry, runID, "s1c1")); c != "approved" {
+		t.Fatalf("the human's retry: %s %s", c, d)
+	}
+	b.waitType(runID, events.TypeParked, 2)
+	if c, d := b.outcomeOf(runID, b.publishMessage(retry, runID, "s1c1")); c != approvals.RejectStale || !strings.Contains(d, "already decided round 1") {
+		t.Fatalf("the copy in round 2: %s %s; want rejected as %s", c, d, approvals.RejectStale)
+	}
+	if c, d := b.outcomeOf(runID, b.publishMessage(sign(approvals.Abandon, "two unknown outcomes"), runID, "s1c1")); c != "approved" {
+		t.Fatalf("the human's answer to round 2: %s %s", c, d)
+	}
+	b.waitEnd(runID)
+	if n := runs.Load(); n != 2 {
+		t.Errorf("the write ran %d times, want 2 (once, and once on the one retry)", n)
 	}
 }
