@@ -82,7 +82,7 @@ func runSubmit(ctx context.Context, e env, args []string) int {
 	ack, err := js.Publish(pctx, events.TaskSubject(task.Tenant), payload, jetstream.WithMsgID(task.TaskID))
 	pcancel()
 	if err != nil {
-		return fail(e, "publish task %s: %v", task.TaskID, notStored(err, fmt.Sprintf("submit the same task again with --task-id %s (its task id makes that safe; it may have been stored)", task.TaskID)))
+		return fail(e, "publish task: %v", notStored(err, fmt.Sprintf("submit the same task again with --task-id %s (its task id makes that safe)", task.TaskID)))
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
