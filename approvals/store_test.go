@@ -245,15 +245,10 @@ func TestTheOneTimeListingRunsOnceWhenNothingIsPending(t *testing.T) {
 // another code.
 func TestALateDecisionIsLostOnOneServerAndOnThree(t *testing.T) {
 	t.Parallel()
-	for _, where := range []string{"one server", "three servers"} {
+	for _, where := range natstest.Topologies {
 		t.Run(where, func(t *testing.T) {
 			t.Parallel()
-			var js jetstream.JetStream
-			if where == "one server" {
-				js = natstest.Start(t).JS
-			} else {
-				js = natstest.StartCluster(t).JS
-			}
+			js := natstest.StartTopology(t, where)
 			kv, err := js.KeyValue(t.Context(), journal.BucketApprovals)
 			if err != nil {
 				t.Fatal(err)

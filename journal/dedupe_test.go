@@ -4,8 +4,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/loopgate/loopgate/events"
 	"github.com/loopgate/loopgate/internal/natstest"
 	"github.com/loopgate/loopgate/journal"
@@ -19,15 +17,10 @@ import (
 // JetStream's least, 100ms, and waited out for real.
 func TestARetryAfterTheDuplicateWindowIsStoredOnce(t *testing.T) {
 	t.Parallel()
-	for _, where := range []string{"one server", "three servers"} {
+	for _, where := range natstest.Topologies {
 		t.Run(where, func(t *testing.T) {
 			t.Parallel()
-			var js jetstream.JetStream
-			if where == "one server" {
-				js = natstest.Start(t).JS
-			} else {
-				js = natstest.StartCluster(t).JS
-			}
+			js := natstest.StartTopology(t, where)
 			ctx := t.Context()
 			st, err := js.Stream(ctx, journal.StreamEvents)
 			if err != nil {

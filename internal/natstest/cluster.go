@@ -165,3 +165,18 @@ func StartClusterWith(t testing.TB, o ClusterOptions) *Cluster {
 		time.Sleep(250 * time.Millisecond)
 	}
 }
+
+// Topologies names the two a behaviour that must hold on both is tested
+// on, for StartTopology.
+var Topologies = []string{"one server", "three servers"}
+
+// StartTopology starts one server, or three clustered (loopgate's layout
+// at three replicas), as named by Topologies, and returns a JetStream on
+// it.
+func StartTopology(t testing.TB, name string) jetstream.JetStream {
+	t.Helper()
+	if name == Topologies[0] {
+		return Start(t).JS
+	}
+	return StartCluster(t).JS
+}
