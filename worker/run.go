@@ -55,19 +55,8 @@ func (p *Pool) newRun(st *events.RunState, last uint64, task events.Task, limits
 	if !ok {
 		return nil, fmt.Errorf("no model for agent profile %q", task.Agent)
 	}
-	r := &run{
-		p:       p,
-		st:      st,
-		last:    last,
-		task:    task,
-		profile: profile,
-		limits:  limits,
-		model:   m,
-	}
-	if st.RunID == "" {
-		st.RunID = events.RunID(task.Tenant, task.TaskID)
-	}
-	r.log = p.log.With("run_id", st.RunID, "tenant", task.Tenant, "agent", task.Agent)
+	r := p.bareRun(st, last, task, limits)
+	r.profile, r.model = profile, m
 	// The model is shown only the tools the principal may call.
 	for _, name := range profile.Tools {
 		if p.app.MayCall(task.Principal.Roles, name) {
@@ -86,9 +75,17 @@ func (p *Pool) newRun(st *events.RunState, last uint64, task events.Task, limits
 // operator removed it while runs were in flight), and such a run must
 // still be stopped, not left with a message no worker can settle.
 func (p *Pool) ender(st *events.RunState, last uint64) *run {
-	task := st.Started.Task
+	return p.bareRun(st, last, st.Started.Task, st.Started.Limits)
+}
+
+// bareRun is what every run has: its state, where it stands in the
+// stream, its task and limits, and a logger naming it.
+func (p *Pool) bareRun(st *events.RunState, last uint64, task events.Task, limits events.Limits) *run {
+	if st.RunID == "" {
+		st.RunID = events.RunID(task.Tenant, task.TaskID)
+	}
 	return &run{
-		p: p, st: st, last: last, task: task, limits: st.Started.Limits,
+		p: p, st: st, last: last, task: task, limits: limits,
 		log: p.log.With("run_id", st.RunID, "tenant", task.Tenant, "agent", task.Agent),
 	}
 }
