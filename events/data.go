@@ -25,10 +25,29 @@ type Task struct {
 
 // SessionContext is what a run is shown of its session's earlier runs.
 type SessionContext struct {
-	ID          string            `json:"id"`
-	Summary     string            `json:"summary,omitempty"`
-	Turns       []SessionTurn     `json:"turns,omitempty"`
-	Constraints map[string]string `json:"constraints,omitempty"`
+	ID      string `json:"id"`
+	Summary string `json:"summary,omitempty"`
+	// SummaryTainted says the summary folded in a tainted turn: it may
+	// carry text written by flagged tool output, so it taints its reader.
+	SummaryTainted bool              `json:"summary_tainted,omitempty"`
+	Turns          []SessionTurn     `json:"turns,omitempty"`
+	Constraints    map[string]string `json:"constraints,omitempty"`
+}
+
+// Tainted lists what of c came from a run that read tool output flagged as
+// possible prompt injection ("session:<run_id>", "session:summary"): a run
+// shown c is tainted as if it had read that output itself.
+func (c *SessionContext) Tainted() []string {
+	var from []string
+	if c.SummaryTainted {
+		from = append(from, "session:summary")
+	}
+	for _, t := range c.Turns {
+		if t.Tainted && !slices.Contains(from, "session:"+t.RunID) {
+			from = append(from, "session:"+t.RunID)
+		}
+	}
+	return from
 }
 
 // SessionTurn is one remembered exchange of a session.
@@ -36,6 +55,10 @@ type SessionTurn struct {
 	RunID string `json:"run_id"`
 	Role  string `json:"role"` // user | assistant | tool
 	Text  string `json:"text"`
+	// Tainted marks a turn written by a run that was tainted (it read
+	// flagged tool output, itself or through its session): its tool
+	// results and its answer may carry the injected text.
+	Tainted bool `json:"tainted,omitempty"`
 }
 
 // Principal is the identity a task acts for, asserted by the upstream system.

@@ -114,7 +114,9 @@ type RunState struct {
 	DecisionObserved bool
 
 	// Tainted lists the calls whose output was flagged as possible prompt
-	// injection: once the model has read it, every write needs approval.
+	// injection, and the tainted parts of the session the run was shown
+	// (SessionContext.Tainted): once the model has read them, every write
+	// needs approval.
 	Tainted []string
 
 	Rejection *RejectedData
@@ -195,6 +197,7 @@ func (s *RunState) Apply(e *Event) error {
 		}
 		s.Started = &d
 		if d.Session != nil {
+			s.Tainted = append(s.Tainted, d.Session.Tainted()...)
 			raw, _ := json.Marshal(d.Session)
 			s.History = append(s.History, Turn{Role: RoleSession, Content: raw})
 		}

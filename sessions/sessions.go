@@ -27,18 +27,21 @@ import (
 
 // Session is one session's memory.
 type Session struct {
-	Tenant      string               `json:"tenant"`
-	ID          string               `json:"id"`
-	Summary     string               `json:"summary,omitempty"`
-	Turns       []events.SessionTurn `json:"turns,omitempty"`
-	Constraints map[string]string    `json:"constraints,omitempty"`
-	Runs        []string             `json:"runs,omitempty"`
-	Updated     time.Time            `json:"updated"`
+	Tenant  string `json:"tenant"`
+	ID      string `json:"id"`
+	Summary string `json:"summary,omitempty"`
+	// SummaryTainted: the summary folded in a tainted turn. It stays set:
+	// the summary may carry the turn's text for as long as it lives.
+	SummaryTainted bool                 `json:"summary_tainted,omitempty"`
+	Turns          []events.SessionTurn `json:"turns,omitempty"`
+	Constraints    map[string]string    `json:"constraints,omitempty"`
+	Runs           []string             `json:"runs,omitempty"`
+	Updated        time.Time            `json:"updated"`
 }
 
 // Context is what a run is shown of s.
 func (s *Session) Context() *events.SessionContext {
-	return &events.SessionContext{ID: s.ID, Summary: s.Summary, Turns: s.Turns, Constraints: s.Constraints}
+	return &events.SessionContext{ID: s.ID, Summary: s.Summary, SummaryTainted: s.SummaryTainted, Turns: s.Turns, Constraints: s.Constraints}
 }
 
 // Summarizer folds old turns into a summary. Implementations may call a
@@ -104,6 +107,9 @@ func (s *Session) Compact(ctx context.Context, budget int, sum Summarizer) error
 		summary, err := sum.Summarize(ctx, s.Summary, s.Turns[:n])
 		if err != nil {
 			return fmt.Errorf("summarize session %s: %w", s.ID, err)
+		}
+		for _, t := range s.Turns[:n] {
+			s.SummaryTainted = s.SummaryTainted || t.Tainted
 		}
 		s.Summary, s.Turns = summary, s.Turns[n:]
 	}

@@ -30,9 +30,9 @@ func (r *run) requestHuman(ctx context.Context, c *events.CallState, kind approv
 	round := nextRound(c)
 	why := fmt.Sprintf("%s is a %s tool: a human must approve these exact arguments", c.Call.Tool, m.Permission)
 	if !m.NeedsApproval() {
-		why = fmt.Sprintf("taint: this run read tool output flagged as possible prompt injection (calls %s); every write now needs a human's approval", strings.Join(r.st.Tainted, ", "))
+		why = fmt.Sprintf("taint: this run read tool output flagged as possible prompt injection (from %s); every write now needs a human's approval", strings.Join(r.st.Tainted, ", "))
 	} else if len(r.st.Tainted) > 0 {
-		why += fmt.Sprintf("; note the taint: this run read tool output flagged as possible prompt injection (calls %s)", strings.Join(r.st.Tainted, ", "))
+		why += fmt.Sprintf("; note the taint: this run read tool output flagged as possible prompt injection (from %s)", strings.Join(r.st.Tainted, ", "))
 	}
 	if kind == approvals.KindNeedsHuman {
 		last := c.LastExecuted()

@@ -433,6 +433,10 @@ func (r *run) remember(ctx context.Context, final *events.FinalAnswer) {
 	if err := json.Unmarshal(r.task.Input, &input); err != nil {
 		input = string(r.task.Input)
 	}
+	// What a tainted run's tools said, and what it answered after reading
+	// them, may be the injected text: it taints the session's next reader.
+	// Its question came from the task, not from a tool.
+	tainted := len(r.st.Tainted) > 0
 	turns := []events.SessionTurn{{RunID: r.st.RunID, Role: "user", Text: input}}
 	for _, t := range r.st.History {
 		if t.Role == events.RoleObservation && t.CallID != "" {
@@ -440,10 +444,10 @@ func (r *run) remember(ctx context.Context, final *events.FinalAnswer) {
 			if len(text) > 512 {
 				text = text[:512] + "…"
 			}
-			turns = append(turns, events.SessionTurn{RunID: r.st.RunID, Role: "tool", Text: t.Tool + ": " + text})
+			turns = append(turns, events.SessionTurn{RunID: r.st.RunID, Role: "tool", Text: t.Tool + ": " + text, Tainted: tainted})
 		}
 	}
-	turns = append(turns, events.SessionTurn{RunID: r.st.RunID, Role: "assistant", Text: final.Summary})
+	turns = append(turns, events.SessionTurn{RunID: r.st.RunID, Role: "assistant", Text: final.Summary, Tainted: tainted})
 	for i := range turns {
 		turns[i].Text = r.p.redactString(turns[i].Text)
 	}
