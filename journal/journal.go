@@ -173,6 +173,27 @@ func (j *Journal) Append(ctx context.Context, lastStreamSeq uint64, evs ...event
 	return last, err
 }
 
+// MaxDataBytes is the largest event data the connected server takes in
+// one message (its max_payload), less room for the event's envelope and
+// its headers. An event whose data is larger is refused whatever happens
+// next: a worker must record something smaller instead of trying again.
+func (j *Journal) MaxDataBytes() int {
+	limit := j.js.Conn().MaxPayload()
+	if limit <= 0 {
+		limit = defaultMaxPayload // not connected yet: the server default
+	}
+	return int(limit) - eventOverheadBytes
+}
+
+const (
+	// defaultMaxPayload is nats-server's max_payload unless configured.
+	defaultMaxPayload = 1 << 20
+	// eventOverheadBytes bounds what an event adds to its data: the
+	// envelope's fields (ids, tenant, type, time, step, call, tool) and the
+	// headers of a conditional, deduplicated, possibly batched publish.
+	eventOverheadBytes = 4 << 10
+)
+
 // remember brings the run cache up to date after an append of evs (stored
 // holding their encodings) after stream seq base: on success the run gains
 // evs as the stream stored them (the bytes sent, decoded if the run is read

@@ -637,3 +637,32 @@ func TestNewWithoutTheLayoutFails(t *testing.T) {
 		t.Fatalf("New without the events stream = %v, want ErrStreamNotFound", err)
 	}
 }
+
+// MaxDataBytes follows the server's max_payload and leaves room for the
+// largest envelope and headers: data of that size is stored, one by one
+// and in an atomic batch; data past max_payload is refused.
+func TestMaxDataBytesFitsTheServersMaxPayload(t *testing.T) {
+	t.Parallel()
+	const maxPayload = 64 << 10
+	env := natstest.StartWith(t, natstest.Options{MaxPayload: maxPayload, SyncInterval: "2m"})
+	j := env.Journal
+	limit := j.MaxDataBytes()
+	if limit <= 0 || limit >= maxPayload || limit < maxPayload-8<<10 {
+		t.Fatalf("MaxDataBytes = %d for a max_payload of %d", limit, maxPayload)
+	}
+	big := func(seq uint64, n int) events.Event {
+		e := ev(strings.Repeat("t", 64), "run-"+strings.Repeat("r", 60), seq, events.TypeExecuted)
+		e.EventID = "ev-" + strings.Repeat("e", 60)
+		e.CallID = "s999c999"
+		e.Tool = strings.Repeat("x", 128) // the longest a decision may name
+		e.Data = json.RawMessage(`"` + strings.Repeat("d", n-2) + `"`)
+		return e
+	}
+	last := mustAppend(t, j, 0, big(1, limit))
+	mustAppendBatch(t, j, last, big(2, limit), big(3, limit))
+	over := big(1, maxPayload+1)
+	over.RunID = "run-over"
+	if _, err := j.Append(t.Context(), 0, over); !errors.Is(err, nats.ErrMaxPayload) {
+		t.Fatalf("an event over max_payload: err = %v, want %v", err, nats.ErrMaxPayload)
+	}
+}

@@ -1,6 +1,7 @@
 package worker_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -24,11 +25,16 @@ func TestAMaliciousModelCausesNoUnauthorizedSideEffects(t *testing.T) {
 		return `{"tool_calls":[` + strings.Join(parts, ",") + `]}`
 	}
 	draft := func(args string) string { return `{"tool_calls":[{"tool":"draft_escalation","args":` + args + `}]}` }
+	calls4 := func(reason string) string {
+		call := `{"tool":"draft_escalation","args":{"request_id":"SR-10421","reason":"` + reason + `"}}`
+		return `{"tool_calls":[` + strings.Repeat(call+",", 3) + call + `]}`
+	}
 	cases := []struct {
 		name     string
 		decision string
 		want     []string // the trail after "started"
 		check    func(t *testing.T, evs []events.Event)
+		verbatim bool // the model's bytes as written (scripted re-encodes them, escaping '<')
 	}{
 		{
 			name: "unknown tool", decision: `{"tool_calls":[{"tool":"email_resident","args":{"to":"all"}}]}`,
@@ -51,6 +57,18 @@ func TestAMaliciousModelCausesNoUnauthorizedSideEffects(t *testing.T) {
 		{
 			name: "a 1 MB argument", decision: draft(`{"request_id":"SR-10421","reason":"` + strings.Repeat("A", 1<<20) + `"}`),
 			want: []string{"proposed:invalid", "observed"}, // over the decision size bound: rejected before any tool is considered
+		},
+		{
+			// Under the decision bound, but JSON escapes each '<' in six
+			// bytes: the event would be over the server's max_payload.
+			name: "arguments that escape past the event limit", decision: calls4(strings.Repeat("<", 60000)), verbatim: true,
+			want: []string{"proposed:invalid", "observed"},
+			check: func(t *testing.T, evs []events.Event) {
+				p := last[events.ProposedData](t, evs[:2], events.TypeProposed)
+				if len(p.Invalid) != 1 || !strings.Contains(p.Invalid[0].Message, "bytes as an event") {
+					t.Errorf("invalid = %+v, want the event size named", p.Invalid)
+				}
+			},
 		},
 		{
 			name: "path traversal in a file-writing tool", decision: draft(`{"request_id":"../../../etc/passwd","reason":"Open 9 days, past threshold."}`),
@@ -77,11 +95,16 @@ func TestAMaliciousModelCausesNoUnauthorizedSideEffects(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			agent := fmt.Sprintf("evil-%d", i)
+			final := `{"final_answer":{"summary":"all done, I promise"}}`
+			m := scripted(t, c.decision, final)
+			if c.verbatim {
+				m = verbatim(c.decision, final)
+			}
 			b := setup(t, options{
 				agents: map[string]config.Profile{agent: {
 					Model: config.Model{Provider: "scripted"}, Tools: []string{"lookup_complaints", "draft_escalation"}, Roles: []string{"operator"},
 				}},
-				scripts: map[string]model.Model{agent: scripted(t, c.decision, `{"final_answer":{"summary":"all done, I promise"}}`)},
+				scripts: map[string]model.Model{agent: m},
 			})
 			evs := b.waitEnd(b.submit(task("evil", agent)))
 			want := append([]string{"started"}, c.want...)
@@ -108,4 +131,15 @@ func TestAMaliciousModelCausesNoUnauthorizedSideEffects(t *testing.T) {
 			}
 		})
 	}
+}
+
+// verbatim is a model that answers step i with decisions[i-1], byte for
+// byte, and fails past the end.
+func verbatim(decisions ...string) model.Model {
+	return model.Func(func(_ context.Context, req model.Request) (model.Response, error) {
+		if req.Step > len(decisions) {
+			return model.Response{}, fmt.Errorf("verbatim model asked for step %d of %d", req.Step, len(decisions))
+		}
+		return model.Response{Output: []byte(decisions[req.Step-1]), Name: "verbatim"}, nil
+	})
 }

@@ -298,22 +298,64 @@ func (r *run) propose(ctx context.Context) error {
 		for i := range decision.ToolCalls {
 			c := &decision.ToolCalls[i]
 			_, c.Redacted = r.p.redactor.JSON(c.Args)
-			r.know(c.ID)
 		}
 	}
 	data := events.ProposedData{Decision: decision, Invalid: invalid, Usage: resp.Usage, LatencyMS: latency, Model: resp.Name, ProviderMessage: resp.Message}
 	if price, ok := r.p.app.Pricing[resp.Name]; ok {
 		data.CostUSD = price.Cost(resp.Usage)
 	}
-	if decision == nil {
+	raw, err := r.proposal(ctx, &data, resp.Output)
+	if err != nil {
+		return err
+	}
+	if data.Decision != nil {
+		for _, c := range data.Decision.ToolCalls {
+			r.know(c.ID)
+		}
+	}
+	return r.append(ctx, events.TypeProposed, step, "", "", raw)
+}
+
+// proposal encodes data, the model's answer out as understood, for its
+// proposed event. A decision the event stream cannot take in one message
+// (a decision within MaxDecisionBytes can still encode to several times
+// its size: JSON escapes '<' in six bytes, and the provider's own message
+// is unbounded) becomes an invalid one: the model is told and its tokens
+// are counted. Stored as it was, it would be refused on every try, and the
+// model asked again on every delivery of the run, unrecorded.
+func (r *run) proposal(ctx context.Context, data *events.ProposedData, out []byte) (json.RawMessage, error) {
+	if data.Decision == nil {
 		// Keep what the model said, bounded, so the trail shows it.
-		if trimmed := boundedRaw(resp.Output); json.Valid(trimmed) {
+		if trimmed := boundedRaw(out); json.Valid(trimmed) {
 			data.Raw = trimmed
 		} else {
 			data.RawText = string(trimmed)
 		}
 	}
-	return r.append(ctx, events.TypeProposed, step, "", "", data)
+	raw, err := events.EncodeData(data)
+	if err != nil {
+		return nil, fmt.Errorf("marshal proposed event of run %s: %w", r.st.RunID, err)
+	}
+	limit := r.p.journal.MaxDataBytes()
+	size := len(raw)
+	if size > limit/2 { // redaction can change the size, never double it
+		stored, _ := r.p.redactor.JSON(raw)
+		size = max(size, len(stored))
+	}
+	if size <= limit {
+		return raw, nil
+	}
+	*data = events.ProposedData{
+		Invalid: []events.FieldError{{Message: fmt.Sprintf(
+			"decision takes %d bytes as an event, over the %d the event stream takes in one message: propose fewer calls or smaller arguments", size, limit)}},
+		RawText:   string(boundedRaw(out)),
+		Usage:     data.Usage,
+		LatencyMS: data.LatencyMS,
+		Model:     data.Model,
+		CostUSD:   data.CostUSD,
+	}
+	r.log.WarnContext(ctx, "decision too large to record; recorded as invalid", "bytes", size, "limit", limit)
+	return events.EncodeData(data)
 }
 
 // know records that this worker holds call id's arguments in full.

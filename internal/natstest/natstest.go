@@ -45,6 +45,9 @@ type Options struct {
 	// disk (max_file_store), for tests of a full store. Defaults to 0: the
 	// server's own limit.
 	MaxFileStore int64
+	// MaxPayload is the server's max_payload, the largest message it
+	// takes. Defaults to 0: the server's 1 MiB.
+	MaxPayload int32
 	// BatchMaxMsgs caps the messages of one atomic batch (jetstream {
 	// limits { batch { max_msgs } } }). Defaults to 0: the server's 1000.
 	BatchMaxMsgs int
@@ -95,6 +98,9 @@ func (env *Env) start(t testing.TB) {
 	var limits []byte
 	if n := env.opts.MaxFileStore; n > 0 {
 		limits = fmt.Appendf(limits, "jetstream { max_file_store: %d }\n", n)
+	}
+	if n := env.opts.MaxPayload; n > 0 {
+		limits = fmt.Appendf(limits, "max_payload: %d\n", n)
 	}
 	if n := env.opts.BatchMaxMsgs; n > 0 {
 		limits = fmt.Appendf(limits, "jetstream { limits { batch { max_msgs: %d } } }\n", n)
