@@ -55,6 +55,22 @@ func (p Price) Cost(u events.Usage) float64 {
 	return (float64(u.InputTokens)*p.InputPerMTok + float64(u.OutputTokens)*p.OutputPerMTok) / 1e6
 }
 
+// PricedAs is the key of m's entry in the pricing table: the model name
+// its answers are recorded under (the scripted provider's is "scripted").
+func (m Model) PricedAs() string {
+	if m.Provider == "scripted" {
+		return "scripted"
+	}
+	return m.Name
+}
+
+// CostCounted reports whether a run of p has its cost counted: its model
+// has a pricing entry. Without one a max_cost_usd would never stop it.
+func (c *Config) CostCounted(p Profile) bool {
+	_, ok := c.Pricing[p.Model.PricedAs()]
+	return ok
+}
+
 // Redaction names sensitive keys and string patterns. Values under the
 // keys, and matches of the patterns in any string, are replaced in every
 // event before it is stored, and in observations per profile.

@@ -313,6 +313,9 @@ func (c *Config) validate() []events.FieldError {
 				bad(fmt.Sprintf("%s/roles/%d", at, i), "role %q is not defined in /policy/roles", r)
 			}
 		}
+		if p.Limits.MaxCostUSD > 0 && !c.CostCounted(p) {
+			bad(at+"/limits/max_cost_usd", "cannot be counted: model %q has no entry in /pricing, so this budget would never stop a run; add /pricing/%s", p.Model.PricedAs(), escape(p.Model.PricedAs()))
+		}
 		switch p.Model.Provider {
 		case "scripted":
 			if p.Model.Script == "" {

@@ -322,6 +322,11 @@ func TestLoadRejectsBadConfigNamingTheField(t *testing.T) {
 			wantErr: "/agents/helper/model/script: is required",
 		},
 		{
+			name:    "a cost budget its model has no price for",
+			given:   edit(t, "max_active: 30s", "max_active: 30s\n      max_cost_usd: 0.5") + "pricing: {gpt-4.1: {input_per_mtok: 2, output_per_mtok: 8}}\n",
+			wantErr: `/agents/helper/limits/max_cost_usd: cannot be counted: model "scripted" has no entry in /pricing`,
+		},
+		{
 			name:    "unknown provider",
 			given:   edit(t, "provider: scripted", "provider: oracle"),
 			wantErr: "/agents/helper/model/provider: must be one of: scripted, openai, anthropic",
@@ -520,5 +525,18 @@ func TestAFilesDataDirectoryIsRelativeToTheFile(t *testing.T) {
 		if c.Server.Data != want {
 			t.Errorf("server.data %q: got %q, want %q", strings.TrimSpace(tc.data), c.Server.Data, want)
 		}
+	}
+}
+
+// A cost budget loads when its model has a pricing entry.
+func TestLoadAcceptsACostBudgetItsModelIsPricedFor(t *testing.T) {
+	t.Parallel()
+	yaml := edit(t, "max_active: 30s", "max_active: 30s\n      max_cost_usd: 0.5") + "pricing: {scripted: {input_per_mtok: 2, output_per_mtok: 8}}\n"
+	cfg, err := config.Load(files(yaml), "loopgate.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cfg.Agents["helper"].Limits.MaxCostUSD; got != 0.5 || !cfg.CostCounted(cfg.Agents["helper"]) {
+		t.Errorf("max_cost_usd = %v, counted %v", got, cfg.CostCounted(cfg.Agents["helper"]))
 	}
 }

@@ -59,6 +59,9 @@ func (p *Pool) decodeTask(tenant, subject string, data []byte) (events.Task, eve
 	if len(errs) > 0 {
 		return reject(errs[0].Field, errs[0].Message, errs)
 	}
+	if limits.MaxCostUSD > 0 && !p.app.CostCounted(profile) {
+		return reject("/limits/max_cost_usd", fmt.Sprintf("cannot be counted: agent %q's model %q has no pricing entry, so this budget would never stop the run", task.Agent, profile.Model.PricedAs()), nil)
+	}
 	return task, limits, nil
 }
 
