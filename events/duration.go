@@ -3,6 +3,8 @@ package events
 import (
 	"encoding/json"
 	"fmt"
+	"reflect"
+	"strings"
 	"time"
 )
 
@@ -18,18 +20,24 @@ func (d Duration) MarshalJSON() ([]byte, error) {
 	return json.Marshal(time.Duration(d).String())
 }
 
-// UnmarshalJSON accepts a duration string.
+// UnmarshalJSON accepts a duration string. Its errors are
+// *json.UnmarshalTypeError, which the decoder completes with the path of
+// the field, so a caller can name the field at fault (schemas.DecodeError);
+// Value says what was wrong with it.
 func (d *Duration) UnmarshalJSON(b []byte) error {
+	bad := func(what string) error {
+		return &json.UnmarshalTypeError{Value: what, Type: reflect.TypeFor[Duration]()}
+	}
 	var s string
 	if err := json.Unmarshal(b, &s); err != nil {
-		return fmt.Errorf("duration must be a string like \"30s\": %w", err)
+		return bad(fmt.Sprintf("%s (a duration must be a string like \"30s\")", b))
 	}
 	v, err := time.ParseDuration(s)
 	if err != nil {
-		return fmt.Errorf("duration %q: %w", s, err)
+		return bad(fmt.Sprintf("duration %q (%v)", s, strings.TrimPrefix(err.Error(), "time: ")))
 	}
 	if v < 0 {
-		return fmt.Errorf("duration %q is negative", s)
+		return bad(fmt.Sprintf("duration %q (negative)", s))
 	}
 	*d = Duration(v)
 	return nil

@@ -2,6 +2,7 @@ package events_test
 
 import (
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -60,17 +61,17 @@ func TestDurationUnmarshal(t *testing.T) {
 		{name: "micro sign", given: `"250µs"`, want: 250 * time.Microsecond},
 		{name: "bare zero", given: `"0"`, want: 0},
 
-		{name: "a number", given: `90`, wantErr: `duration must be a string like "30s"`},
-		{name: "a boolean", given: `true`, wantErr: `duration must be a string like "30s"`},
-		{name: "an object", given: `{"s":90}`, wantErr: `duration must be a string like "30s"`},
+		{name: "a number", given: `90`, wantErr: `a duration must be a string like "30s"`},
+		{name: "a boolean", given: `true`, wantErr: `a duration must be a string like "30s"`},
+		{name: "an object", given: `{"s":90}`, wantErr: `a duration must be a string like "30s"`},
 		{name: "null", given: `null`, wantErr: `duration`},
 		{name: "empty string", given: `""`, wantErr: `duration ""`},
 		{name: "no unit", given: `"90"`, wantErr: `duration "90"`},
 		{name: "days are not a unit", given: `"1d"`, wantErr: `duration "1d"`},
 		{name: "words", given: `"ninety seconds"`, wantErr: `duration "ninety seconds"`},
 		{name: "a space inside", given: `"1m 30s"`, wantErr: `duration "1m 30s"`},
-		{name: "negative", given: `"-5s"`, wantErr: `duration "-5s" is negative`},
-		{name: "negative compound", given: `"-1h30m"`, wantErr: `duration "-1h30m" is negative`},
+		{name: "negative", given: `"-5s"`, wantErr: `duration "-5s" (negative)`},
+		{name: "negative compound", given: `"-1h30m"`, wantErr: `duration "-1h30m" (negative)`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -125,5 +126,20 @@ func TestDurationInLimitsReadsFromJSONAndYAML(t *testing.T) {
 	var bad events.Limits
 	if err := yaml.Unmarshal([]byte("max_active: 90\n"), &bad); err == nil {
 		t.Errorf("yaml max_active: 90 (no unit) = %+v, want an error", bad)
+	}
+}
+
+// A bad duration inside a document is an *json.UnmarshalTypeError the
+// decoder completes with the field's path: callers name the field from it.
+func TestABadDurationNamesItsField(t *testing.T) {
+	t.Parallel()
+	var task events.Task
+	err := json.Unmarshal([]byte(`{"task_id":"t","limits":{"max_active":"9999999999h"}}`), &task)
+	var te *json.UnmarshalTypeError
+	if !errors.As(err, &te) {
+		t.Fatalf("err = %T %v, want *json.UnmarshalTypeError", err, err)
+	}
+	if te.Field != "limits.max_active" || !strings.Contains(te.Value, `duration "9999999999h" (invalid duration`) {
+		t.Errorf("Field = %q, Value = %q", te.Field, te.Value)
 	}
 }

@@ -26,6 +26,9 @@ func (p *Pool) decodeTask(tenant, subject string, data []byte) (events.Task, eve
 		}
 	}
 	if n := p.app.Intake.MaxTaskBytes; len(data) > n {
+		// Still on the task's run id, where its submitter waits: a
+		// message is at most the server's max_payload, cheap to scan.
+		lenientTaskID(data, &task)
 		return reject("", fmt.Sprintf("task is %d bytes, over the limit of %d", len(data), n), nil)
 	}
 	if !json.Valid(data) {
@@ -40,7 +43,12 @@ func (p *Pool) decodeTask(tenant, subject string, data []byte) (events.Task, eve
 		return reject(errs[0].Field, errs[0].Message, errs)
 	}
 	if err := json.Unmarshal(data, &task); err != nil {
-		return reject("", "task does not decode: "+err.Error(), nil)
+		// The schema took it, Go's types do not: 3.0 for a count, a
+		// number past int64, a duration past 290 years.
+		task = events.Task{}
+		lenientTaskID(data, &task)
+		e := schemas.DecodeError(err)
+		return reject(e.Field, e.Message, []events.FieldError{e})
 	}
 	if task.Tenant != tenant {
 		return reject("/tenant", fmt.Sprintf("tenant %q does not match the subject's tenant %q", task.Tenant, tenant), nil)
