@@ -235,9 +235,12 @@ type ExecutedData struct {
 	Attempt     int             `json:"attempt,omitempty"`
 	LatencyMS   int64           `json:"latency_ms"`
 	Result      json.RawMessage `json:"result,omitempty"`
-	ErrorClass  string          `json:"error_class,omitempty"`
-	Message     string          `json:"message,omitempty"`
-	WouldCall   *WouldCall      `json:"would_call,omitempty"`
+	// ResultBytes is the size of the tool's result when Result had to be
+	// cut to fit the event (tools.Bound); 0 when Result is whole.
+	ResultBytes int        `json:"result_bytes,omitempty"`
+	ErrorClass  string     `json:"error_class,omitempty"`
+	Message     string     `json:"message,omitempty"`
+	WouldCall   *WouldCall `json:"would_call,omitempty"`
 }
 
 // WouldCall is a dry run's preview of the exact call it did not make.
@@ -313,7 +316,9 @@ type ReconciledData struct {
 	Via         string          `json:"via"`
 	Applied     bool            `json:"applied"`
 	Result      json.RawMessage `json:"result,omitempty"`
-	Error       string          `json:"error,omitempty"`
+	// ResultBytes: as ExecutedData's.
+	ResultBytes int    `json:"result_bytes,omitempty"`
+	Error       string `json:"error,omitempty"`
 }
 
 // Reason is why a run finished.

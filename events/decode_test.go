@@ -1,6 +1,7 @@
 package events_test
 
 import (
+	"bytes"
 	"encoding/json"
 	"reflect"
 	"strings"
@@ -49,7 +50,8 @@ var payloads = []func() any{
 }
 
 // Event.Encode and EncodeData write with the JSON v2 implementation in its
-// v1 mode; the bytes must be encoding/json's, for every payload a run
+// v1 mode, without HTML escapes; the bytes must be encoding/json's (an
+// Encoder with SetEscapeHTML(false)), for every payload a run
 // holds (decoded from a real run's, or from what a fuzzer makes of them)
 // and for the envelope around any data. One difference is allowed
 // (sameJSON): invalid UTF-8 in a string becomes U+FFFD as the character
@@ -65,7 +67,7 @@ func FuzzEncodeAgreesWithEncodingJSON(f *testing.F) {
 			if json.Unmarshal(data, v) != nil {
 				continue
 			}
-			want, wantErr := json.Marshal(v)
+			want, wantErr := marshalUnescaped(v)
 			got, gotErr := events.EncodeData(v)
 			if (gotErr == nil) != (wantErr == nil) || !sameJSON(got, want) {
 				t.Fatalf("EncodeData(%#v):\n got %s (%v)\nwant %s (%v)", v, got, gotErr, want, wantErr)
@@ -73,12 +75,24 @@ func FuzzEncodeAgreesWithEncodingJSON(f *testing.F) {
 		}
 		e := events.Event{EventID: runID, RunID: runID, Tenant: typ, Seq: uint64(len(data)), Type: events.Type(typ),
 			Time: time.Unix(int64(len(runID)), int64(len(data))), Step: len(typ), CallID: typ, Tool: runID, Data: data}
-		want, wantErr := json.Marshal(&e)
+		want, wantErr := marshalUnescaped(&e)
 		got, gotErr := e.Encode()
 		if (gotErr == nil) != (wantErr == nil) || !sameJSON(got, want) {
 			t.Fatalf("Encode(%#v):\n got %s (%v)\nwant %s (%v)", e, got, gotErr, want, wantErr)
 		}
 	})
+}
+
+// marshalUnescaped is what Encode and EncodeData must write: encoding/json
+// with SetEscapeHTML(false), without the Encoder's newline.
+func marshalUnescaped(v any) ([]byte, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
 }
 
 // sameJSON reports whether got is want, but for U+FFFD written as itself

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	jsonv2 "github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
 	jsonv1 "github.com/go-json-experiment/json/v1"
 )
 
@@ -69,14 +71,25 @@ func (e *Event) Decode(v any) error {
 	return nil
 }
 
-// Encode returns the event as it is stored: its JSON, as encoding/json
-// writes it (FuzzEncodeAgreesWithEncodingJSON), written by the JSON v2
+// Encode returns the event as it is stored: its JSON, as an encoding/json
+// Encoder with SetEscapeHTML(false) writes it, without the newline
+// (FuzzEncodeAgreesWithEncodingJSON), written by the JSON v2
 // implementation in its v1 mode, as Decode reads it: about twice as fast,
 // on every append.
-func (e *Event) Encode() ([]byte, error) { return jsonv1.Marshal(e) }
+//
+// Without HTML escapes: json.Marshal writes <, > and & as six-byte \u003c
+// sequences, so an observation bounded to max_observation_bytes would be
+// stored, and shown to the model, up to six times its bound. Both forms
+// read back as the same strings.
+func (e *Event) Encode() ([]byte, error) { return jsonv2.Marshal(e, encodeOptions) }
 
 // EncodeData returns the JSON of an event's payload, as Encode writes it.
-func EncodeData(v any) (json.RawMessage, error) { return jsonv1.Marshal(v) }
+// Everything loopgate bounds in bytes (tool results, observations) is
+// encoded with it, so the bound holds for what is stored.
+func EncodeData(v any) (json.RawMessage, error) { return jsonv2.Marshal(v, encodeOptions) }
+
+// encodeOptions are encoding/json's semantics without its HTML escaping.
+var encodeOptions = jsonv2.JoinOptions(jsonv1.DefaultOptionsV1(), jsontext.EscapeForHTML(false))
 
 // Subject is the JetStream subject the event is stored under.
 func (e *Event) Subject() string { return EventSubject(e.Tenant, e.RunID, e.Type) }

@@ -371,6 +371,21 @@ func (s *RunState) callOf(e *Event) (*CallState, error) {
 
 // Totals summarises s for a finished event.
 func (s *RunState) Totals() Totals {
+	return s.totals(s.Active)
+}
+
+// TotalsAt is Totals as they stand once an event at now is appended: the
+// active time since the last event counts too (a finished event's totals
+// include the step that led to it).
+func (s *RunState) TotalsAt(now time.Time) Totals {
+	active := s.Active
+	if s.LastSeq > 0 && !s.IsParked && now.After(s.LastTime) {
+		active += now.Sub(s.LastTime)
+	}
+	return s.totals(active)
+}
+
+func (s *RunState) totals(active time.Duration) Totals {
 	return Totals{
 		Steps:            s.Steps,
 		ToolCalls:        s.ToolCalls,
@@ -379,7 +394,7 @@ func (s *RunState) Totals() Totals {
 		Rejected:         s.Rejected,
 		Usage:            s.Usage,
 		CostUSD:          s.CostUSD,
-		ActiveMS:         s.Active.Milliseconds(),
+		ActiveMS:         active.Milliseconds(),
 		ObservationBytes: s.ObservationBytes,
 		Events:           int(s.LastSeq) + 1,
 	}

@@ -528,11 +528,15 @@ func (r *Redactor) rewrite(raw []byte) ([]byte, bool) {
 	if !changed {
 		return raw, false
 	}
-	out, err := json.Marshal(v)
-	if err != nil {
+	// Without HTML escapes: '<' as \u003c would make a value six times its
+	// size, and what was bounded before redaction unbounded after.
+	var out bytes.Buffer
+	enc := json.NewEncoder(&out)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
 		return raw, false
 	}
-	return out, true
+	return bytes.TrimSuffix(out.Bytes(), []byte("\n")), true
 }
 
 func (r *Redactor) value(v any) (any, bool) {

@@ -34,7 +34,8 @@ func TestAMaliciousModelCausesNoUnauthorizedSideEffects(t *testing.T) {
 		decision string
 		want     []string // the trail after "started"
 		check    func(t *testing.T, evs []events.Event)
-		verbatim bool // the model's bytes as written (scripted re-encodes them, escaping '<')
+		verbatim bool   // the model's bytes as written (scripted re-encodes them, escaping '<')
+		message  string // with verbatim: the provider's own message of the first decision
 	}{
 		{
 			name: "unknown tool", decision: `{"tool_calls":[{"tool":"email_resident","args":{"to":"all"}}]}`,
@@ -59,9 +60,24 @@ func TestAMaliciousModelCausesNoUnauthorizedSideEffects(t *testing.T) {
 			want: []string{"proposed:invalid", "observed"}, // over the decision size bound: rejected before any tool is considered
 		},
 		{
-			// Under the decision bound, but JSON escapes each '<' in six
-			// bytes: the event would be over the server's max_payload.
-			name: "arguments that escape past the event limit", decision: calls4(strings.Repeat("<", 60000)), verbatim: true,
+			// '<' is stored as itself, not escaped in six bytes (as
+			// json.Marshal would): 60,000 of them stay within the trail's
+			// bound, and the schema refuses them.
+			name: "arguments of characters JSON may escape", decision: calls4(strings.Repeat("<", 15000)), verbatim: true,
+			want: []string{"proposed", "validated:invalid_arguments(draft_escalation)", "validated:invalid_arguments(draft_escalation)",
+				"validated:invalid_arguments(draft_escalation)", "validated:invalid_arguments(draft_escalation)", "finished:invalid_decisions"},
+			check: func(t *testing.T, evs []events.Event) {
+				if n := len(evs[1].Data); n > 4*15000+4<<10 {
+					t.Errorf("proposed event of %d bytes for a decision of 60,000 '<': escaped", n)
+				}
+			},
+		},
+		{
+			// A small decision, but the provider's own message (recorded
+			// beside it, unbounded) would take the event over the server's
+			// max_payload.
+			name: "a provider message past the event limit", decision: draft(`{"request_id":"SR-10421","reason":"Open 9 days."}`),
+			verbatim: true, message: `"` + strings.Repeat("x", 1100<<10) + `"`,
 			want: []string{"proposed:invalid", "observed"},
 			check: func(t *testing.T, evs []events.Event) {
 				p := last[events.ProposedData](t, evs[:2], events.TypeProposed)
@@ -98,7 +114,7 @@ func TestAMaliciousModelCausesNoUnauthorizedSideEffects(t *testing.T) {
 			final := `{"final_answer":{"summary":"all done, I promise"}}`
 			m := scripted(t, c.decision, final)
 			if c.verbatim {
-				m = verbatim(c.decision, final)
+				m = verbatim(json.RawMessage(c.message), c.decision, final)
 			}
 			b := setup(t, options{
 				agents: map[string]config.Profile{agent: {
@@ -134,12 +150,17 @@ func TestAMaliciousModelCausesNoUnauthorizedSideEffects(t *testing.T) {
 }
 
 // verbatim is a model that answers step i with decisions[i-1], byte for
-// byte, and fails past the end.
-func verbatim(decisions ...string) model.Model {
+// byte, and fails past the end. Its first answer carries message as the
+// provider's own message (none when empty).
+func verbatim(message json.RawMessage, decisions ...string) model.Model {
 	return model.Func(func(_ context.Context, req model.Request) (model.Response, error) {
 		if req.Step > len(decisions) {
 			return model.Response{}, fmt.Errorf("verbatim model asked for step %d of %d", req.Step, len(decisions))
 		}
-		return model.Response{Output: []byte(decisions[req.Step-1]), Name: "verbatim"}, nil
+		resp := model.Response{Output: []byte(decisions[req.Step-1]), Name: "verbatim"}
+		if req.Step == 1 && len(message) > 0 {
+			resp.Message = message
+		}
+		return resp, nil
 	})
 }

@@ -21,8 +21,8 @@ func beforeStep(s *events.RunState, l events.Limits, now, deadline time.Time) st
 	if s.Steps >= l.MaxSteps {
 		return stop{events.ReasonMaxSteps, fmt.Sprintf("the step budget of %d is used up", l.MaxSteps)}
 	}
-	if !now.Before(deadline) {
-		return stop{events.ReasonDeadline, fmt.Sprintf("the active time budget of %s is used up", l.MaxActive.D())}
+	if s := inTime(l, now, deadline); !s.ok() {
+		return s
 	}
 	// Stop before the next model call would exceed a budget. What it will
 	// cost is not known in advance; the latest call's is the estimate (a
@@ -48,6 +48,12 @@ func beforeCall(s *events.RunState, l events.Limits, m tools.Manifest, now, dead
 	if m.MaxCallsPerRun > 0 && s.PerTool[m.Name] >= m.MaxCallsPerRun {
 		return stop{events.ReasonMaxToolCalls, fmt.Sprintf("the budget of %d calls of %s is used up", m.MaxCallsPerRun, m.Name)}
 	}
+	return inTime(l, now, deadline)
+}
+
+// inTime checks the run's active time budget: what every model call, tool
+// call and retry of one needs some of.
+func inTime(l events.Limits, now, deadline time.Time) stop {
 	if !now.Before(deadline) {
 		return stop{events.ReasonDeadline, fmt.Sprintf("the active time budget of %s is used up", l.MaxActive.D())}
 	}

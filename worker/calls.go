@@ -51,6 +51,21 @@ func (e *busyError) Is(target error) bool { return target == errBusy }
 // maxRecordedResult bounds the result kept in an executed event.
 const maxRecordedResult = 16 << 10
 
+// resolverTimeout bounds one question to a resource resolver, within the
+// run's active time.
+const resolverTimeout = 5 * time.Second
+
+// recordable is a tool's result as an event keeps it, at most
+// maxRecordedResult bytes, and how many bytes the tool's result had when
+// it was cut (0 when kept whole).
+func recordable(result json.RawMessage) (json.RawMessage, int) {
+	out, cut := tools.Bound(result, maxRecordedResult)
+	if !cut {
+		return out, 0
+	}
+	return out, len(result)
+}
+
 // runCalls carries the current decision's calls through validation,
 // authorization, execution and observation. Each phase skips what the
 // events say is done, so a resumed run picks up mid-decision.
@@ -96,6 +111,11 @@ func (r *run) runCalls(ctx context.Context) error {
 			Principal: r.task.Principal, Tenant: r.task.Tenant, Tool: r.manifest(c.Call.Tool), Args: v.Args,
 		}, r.resolve)
 		if err != nil {
+			// A resolver that could not answer in the run's time ends
+			// the run; otherwise the run waits for it (a redelivery).
+			if s := inTime(r.limits, r.p.now(), r.deadline); !s.ok() {
+				return r.finish(ctx, s, nil)
+			}
 			return err
 		}
 		if denial != nil {
@@ -139,21 +159,23 @@ func (r *run) runCalls(ctx context.Context) error {
 		if c.Observed {
 			continue
 		}
-		obs, err := bounded(r.observe(c), r.observationLimit())
+		o, output := r.observe(c)
+		// Redacted before it is bounded: cut first, a sensitive value
+		// could lose the shape its pattern matches, and a placeholder
+		// longer than its value would push the observation past its bound.
+		var redact func([]byte) []byte
+		if r.profile.RedactObservations == nil || *r.profile.RedactObservations {
+			redact = func(b []byte) []byte { red, _ := r.p.redactor.JSON(b); return red }
+		}
+		obs, err := bounded(o, r.observationLimit(), redact)
 		if err != nil {
 			return err
 		}
-		if r.profile.RedactObservations == nil || *r.profile.RedactObservations {
-			if red, changed := r.p.redactor.JSON(obs.Observation); changed {
-				obs.Observation, obs.Bytes = red, len(red)
-			}
-		}
 		// Tool output is data; output that tries to steer the model is
-		// flagged, and taints the run.
-		if x := c.LastExecuted(); x != nil && x.Status == events.ExecOK && len(x.Result) > 0 {
-			for _, f := range guard.InspectJSON(x.Result) {
-				obs.Flags = append(obs.Flags, string(f))
-			}
+		// flagged, and taints the run. All of what the tool said is
+		// inspected, not only what the view shows of it.
+		for _, f := range guard.InspectJSON(output) {
+			obs.Flags = append(obs.Flags, string(f))
 		}
 		if err := r.append(ctx, events.TypeObserved, step, c.Call.ID, c.Call.Tool, obs); err != nil {
 			return err
@@ -201,15 +223,11 @@ func (r *run) resolve(ctx context.Context, resolver, id string) (policy.Owner, e
 		return policy.Owner{}, fmt.Errorf("resolver %q is not registered", resolver)
 	}
 	args, _ := json.Marshal(map[string]string{"id": id})
-	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	cctx, cancel := context.WithDeadline(ctx, callDeadline(r.p.now(), r.deadline, resolverTimeout))
 	defer cancel()
-	v, err := safeCall(cctx, fn, tools.Call{Tool: resolver, RunID: r.st.RunID, Tenant: r.task.Tenant, Principal: r.task.Principal.ID, Args: args})
+	b, err := callTool(cctx, fn, tools.Call{Tool: resolver, RunID: r.st.RunID, Tenant: r.task.Tenant, Principal: r.task.Principal.ID, Args: args})
 	if err != nil {
-		return policy.Owner{}, err
-	}
-	b, err := json.Marshal(v)
-	if err != nil {
-		return policy.Owner{}, err
+		return policy.Owner{}, fmt.Errorf("resolver %q: %w", resolver, err)
 	}
 	var o policy.Owner
 	if err := json.Unmarshal(b, &o); err != nil {
@@ -286,7 +304,8 @@ type attempt struct {
 func (r *run) executeGroup(ctx context.Context, group []*events.CallState, act action) error {
 	step := r.st.CurrentStep
 	var runs []*attempt
-	for _, c := range group {
+calls:
+	for i, c := range group {
 		t, ok := r.p.registry.Lookup(c.Call.Tool)
 		if !ok {
 			return r.finish(ctx, stop{events.ReasonError, fmt.Sprintf("tool %q vanished from the registry", c.Call.Tool)}, nil)
@@ -329,6 +348,12 @@ func (r *run) executeGroup(ctx context.Context, group []*events.CallState, act a
 		switch {
 		case act == actExecute:
 			if s := beforeCall(r.st, r.limits, m, r.p.now(), r.deadline); !s.ok() {
+				if i > 0 {
+					// The calls before it in the group fit the budget:
+					// they run, as they would have one by one; this one
+					// stops the run on the next pass.
+					break calls
+				}
 				return r.finish(ctx, s, nil)
 			}
 			if r.task.DryRun && m.Permission == tools.Write {
@@ -347,6 +372,12 @@ func (r *run) executeGroup(ctx context.Context, group []*events.CallState, act a
 				if err := r.backoff(ctx); err != nil {
 					return err
 				}
+			}
+			// A retry needs time left like a first attempt: begun past the
+			// run's deadline, it would be recorded not run (deadline_passed,
+			// the mark of a paused worker) again and again.
+			if s := inTime(r.limits, r.p.now(), r.deadline); !s.ok() {
+				return r.finish(ctx, s, nil)
 			}
 		}
 		a.ex = events.ExecutingData{
@@ -427,43 +458,16 @@ func (r *run) invoke(ctx context.Context, a *attempt) (events.ExecutedData, erro
 		Principal:   r.task.Principal.ID,
 		Args:        a.c.Validated.Args,
 	}
-	type result struct {
-		v   any
-		err error
-	}
-	done := make(chan result, 1)
 	began := r.p.now()
-	go func() {
-		defer func() {
-			if p := recover(); p != nil {
-				done <- result{err: fmt.Errorf("tool panicked: %v", p)}
-			}
-		}()
-		v, err := a.tool.Func()(cctx, call)
-		done <- result{v, err}
-	}()
-	var res result
-	select {
-	case res = <-done:
-	case <-cctx.Done():
-		// The tool's context is cancelled; whether the tool stops is up to
-		// the tool. We only stop waiting.
-		res = result{err: cctx.Err()}
-	}
+	result, err := callTool(cctx, a.tool.Func(), call)
 	out := events.ExecutedData{OperationID: a.ex.OperationID, Attempt: a.ex.Attempt, LatencyMS: r.p.now().Sub(began).Milliseconds()}
 	if ctx.Err() != nil {
 		return out, ctx.Err()
 	}
-	err := res.err
 	switch {
 	case err == nil:
-		b, merr := json.Marshal(res.v)
-		if merr != nil {
-			err = fmt.Errorf("result does not marshal: %w", merr)
-			break
-		}
 		out.Status = events.ExecOK
-		out.Result, _ = tools.Bound(b, maxRecordedResult)
+		out.Result, out.ResultBytes = recordable(result)
 		return out, nil
 	case errors.Is(err, context.DeadlineExceeded) && cctx.Err() != nil:
 		out.Status, out.ErrorClass = events.ExecTimeout, "timeout"
@@ -481,23 +485,28 @@ func (r *run) invoke(ctx context.Context, a *attempt) (events.ExecutedData, erro
 	return out, nil
 }
 
-// observe builds the observation of a call from its recorded outcome.
-func (r *run) observe(c *events.CallState) observation {
+// observe builds the observation of a call from its recorded outcome, and
+// returns the tool output it shows (a result, or a reconcile check's), for
+// inspection.
+func (r *run) observe(c *events.CallState) (observation, json.RawMessage) {
 	if c.Validated.Status != events.ValidOK {
-		return observeValidation(c.Call, c.Validated)
+		return observeValidation(c.Call, c.Validated), nil
 	}
 	view := r.manifest(c.Call.Tool).View
 	x := c.LastExecuted()
 	if d := c.Decision; d != nil && (x == nil || d.Kind == string(approvals.KindNeedsHuman)) {
 		if o, ok := observeDecision(c.Call, d, r.manifest(c.Call.Tool)); ok {
-			return o
+			return o, nil
 		}
 	}
 	if x == nil {
-		return observation{Status: obsError, Error: "not_executed", Tool: c.Call.Tool}
+		return observation{Status: obsError, Error: "not_executed", Tool: c.Call.Tool}, nil
 	}
 	if rec := reconciledFor(c, c.Attempts()); rec != nil && rec.Applied && (x.Status == events.ExecTimeout || x.Status == events.ExecUnknown) {
-		return observeReconciled(c.Call, rec, view)
+		return observeReconciled(c.Call, rec, view), rec.Result
 	}
-	return observeExecution(c.Call, x, view)
+	if x.Status != events.ExecOK {
+		return observeExecution(c.Call, x, view), nil
+	}
+	return observeExecution(c.Call, x, view), x.Result
 }

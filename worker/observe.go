@@ -58,10 +58,11 @@ func observeExecution(call events.ToolCall, x *events.ExecutedData, view tools.V
 			data = x.Result
 		}
 		o.Data = data
+		o.Message = cutNote(x.ResultBytes)
 	case events.ExecDryRun:
 		o.Status = obsDryRun
 		o.Message = "dry run: the call was validated and authorized but not executed; nothing changed"
-		o.Data, _ = json.Marshal(x.WouldCall)
+		o.Data, _ = events.EncodeData(x.WouldCall)
 	case events.ExecTimeout:
 		o.Status, o.Error = obsError, events.ExecTimeout
 		o.Message = fmt.Sprintf("%s: %s", call.Tool, x.Message)
@@ -123,7 +124,20 @@ func observeReconciled(call events.ToolCall, rec *events.ReconciledData, view to
 			o.Data = data
 		}
 	}
+	if note := cutNote(rec.ResultBytes); note != "" {
+		o.Message += "; " + note
+	}
 	return o
+}
+
+// cutNote tells the model that a result of n bytes was cut to fit its
+// record (n > 0), so it does not take what it sees for all there was: a
+// view applied to the cut result counts only what is left.
+func cutNote(n int) string {
+	if n == 0 {
+		return ""
+	}
+	return fmt.Sprintf("the result was %d bytes, more than a record keeps: this is its first part, and any counts in it are of that part", n)
 }
 
 // observeInvalidDecision is the observation of a malformed decision.
@@ -136,17 +150,21 @@ func observeInvalidDecision(errs []events.FieldError) observation {
 	}
 }
 
-// bounded marshals o and bounds it to limit bytes, keeping it valid JSON.
-func bounded(o observation, limit int) (events.ObservedData, error) {
-	b, err := json.Marshal(o)
+// bounded marshals o, passes it through redact (unless nil) and bounds
+// it to limit bytes, keeping it valid JSON.
+func bounded(o observation, limit int, redact func([]byte) []byte) (events.ObservedData, error) {
+	// Encoded as the event stores it (no HTML escapes), so the bound
+	// holds for what is stored and what the model is shown.
+	b, err := events.EncodeData(o)
 	if err != nil {
 		return events.ObservedData{}, fmt.Errorf("marshal observation: %w", err)
+	}
+	if redact != nil {
+		b = redact(b)
 	}
 	out, truncated := tools.Bound(b, limit)
 	return events.ObservedData{Observation: out, Bytes: len(out), Truncated: truncated}, nil
 }
-
-func jsonMarshal(v any) (json.RawMessage, error) { return json.Marshal(v) }
 
 // redactString keeps sensitive values out of the operator's log too.
 func (p *Pool) redactString(s string) string {

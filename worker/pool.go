@@ -715,7 +715,7 @@ func (p *Pool) reject(ctx context.Context, tenant string, streamSeq uint64, rej 
 	if rej.TaskID != "" {
 		runID = events.RunID(tenant, rej.TaskID)
 	}
-	data, err := jsonMarshal(rej)
+	data, err := events.EncodeData(rej)
 	if err != nil {
 		return retry, ""
 	}

@@ -318,9 +318,9 @@ func (r *run) propose(ctx context.Context) error {
 
 // proposal encodes data, the model's answer out as understood, for its
 // proposed event. A decision the event stream cannot take in one message
-// (a decision within MaxDecisionBytes can still encode to several times
-// its size: JSON escapes '<' in six bytes, and the provider's own message
-// is unbounded) becomes an invalid one: the model is told and its tokens
+// (the provider's own message, recorded beside the decision, is
+// unbounded, and a decision within MaxDecisionBytes can still encode to
+// more: invalid UTF-8 is stored as U+FFFD, three bytes for one) becomes an invalid one: the model is told and its tokens
 // are counted. Stored as it was, it would be refused on every try, and the
 // model asked again on every delivery of the run, unrecorded.
 func (r *run) proposal(ctx context.Context, data *events.ProposedData, out []byte) (json.RawMessage, error) {
@@ -399,7 +399,7 @@ func (r *run) handleInvalidDecision(ctx context.Context) error {
 	if s := afterInvalidDecision(r.st, r.limits); !s.ok() {
 		return r.finish(ctx, s, nil)
 	}
-	obs, err := bounded(observeInvalidDecision(r.st.CurrentInvalid), r.observationLimit())
+	obs, err := bounded(observeInvalidDecision(r.st.CurrentInvalid), r.observationLimit(), nil)
 	if err != nil {
 		return err
 	}
@@ -434,7 +434,7 @@ func (r *run) finish(ctx context.Context, s stop, final *events.FinalAnswer) err
 		Reason: s.reason,
 		Detail: s.detail,
 		Final:  final,
-		Totals: r.st.Totals(),
+		Totals: r.st.TotalsAt(r.p.now()),
 	})
 	if err == nil {
 		err = r.flush(ctx)

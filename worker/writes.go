@@ -196,8 +196,10 @@ func (r *run) reconcile(ctx context.Context, c *events.CallState) error {
 		d.Error = "reconcile tool is not registered"
 	} else {
 		args, _ := json.Marshal(map[string]string{"operation_id": opID})
-		cctx, cancel := context.WithTimeout(ctx, rt.Manifest().Timeout.D())
-		v, err := safeCall(cctx, rt.Func(), tools.Call{
+		// The check is a tool call like any other: held to its timeout and
+		// to the run's active time.
+		cctx, cancel := context.WithDeadline(ctx, callDeadline(r.p.now(), r.deadline, rt.Manifest().Timeout.D()))
+		b, err := callTool(cctx, rt.Func(), tools.Call{
 			Tool: m.Reconcile, OperationID: opID, RunID: r.st.RunID, CallID: c.Call.ID,
 			Tenant: r.task.Tenant, Principal: r.task.Principal.ID, Args: args,
 		})
@@ -209,15 +211,19 @@ func (r *run) reconcile(ctx context.Context, c *events.CallState) error {
 			Applied *bool           `json:"applied"`
 			Result  json.RawMessage `json:"result"`
 		}
-		b, merr := json.Marshal(v)
 		switch {
 		case err != nil:
 			d.Error = "reconcile failed"
-			r.log.WarnContext(ctx, "reconcile failed", "tool", m.Reconcile, "operation_id", opID, "err", err)
-		case merr != nil || json.Unmarshal(b, &answer) != nil || answer.Applied == nil:
+			r.log.WarnContext(ctx, "reconcile failed", "tool", m.Reconcile, "operation_id", opID, "err", r.p.redactString(err.Error()))
+		case json.Unmarshal(b, &answer) != nil || answer.Applied == nil:
 			d.Error = `reconcile answer is not {"applied": bool, "result": ...}`
 		default:
-			d.Applied, d.Result = *answer.Applied, answer.Result
+			// Kept as an executed result is: the event, and the operation
+			// record it completes, must fit in a message.
+			d.Applied = *answer.Applied
+			if len(answer.Result) > 0 {
+				d.Result, d.ResultBytes = recordable(answer.Result)
+			}
 		}
 	}
 	if d.Applied {
@@ -227,14 +233,4 @@ func (r *run) reconcile(ctx context.Context, c *events.CallState) error {
 		}
 	}
 	return r.append(ctx, events.TypeReconciled, r.st.CurrentStep, c.Call.ID, c.Call.Tool, d)
-}
-
-// safeCall runs fn, turning a panic into an error.
-func safeCall(ctx context.Context, fn tools.Func, call tools.Call) (v any, err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			err = fmt.Errorf("tool panicked: %v", p)
-		}
-	}()
-	return fn(ctx, call)
 }
