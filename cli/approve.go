@@ -7,6 +7,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -71,6 +72,10 @@ func decide(ctx context.Context, e env, verb string, args []string) int {
 		return fail(e, "%s: --as ID is required: the approver, as named in the policy", verb)
 	case verb == "deny" && strings.TrimSpace(*reason) == "":
 		return fail(e, "deny: --reason is required: the model is told why it was denied")
+	case decision != nil && *decision != "" && !slices.Contains(humanDecisions, approvals.Decision(*decision)):
+		// Only a needs_human question's answers: --decision deny would
+		// send a denial without the reason deny requires.
+		return fail(e, "approve: --decision %q: want mark_done, retry or abandon, the answers to a needs_human question (an approval is answered by approve without --decision, or by loopgate deny --reason R)", *decision)
 	case *wait <= 0:
 		return fail(e, "%s: --wait must be positive", verb)
 	}
@@ -180,6 +185,10 @@ func sendDecision(ctx context.Context, js jetstream.JetStream, tenant string, ms
 	}
 	return subject, ack.Sequence, signedBy, nil
 }
+
+// humanDecisions are the values approve --decision takes: the answers to a
+// needs_human question (an unknown outcome).
+var humanDecisions = []approvals.Decision{approvals.MarkDone, approvals.Retry, approvals.Abandon}
 
 // chooseDecision is the decision a command sends for a question of kind k.
 func chooseDecision(verb string, k approvals.Kind, flagged *string) (approvals.Decision, error) {

@@ -396,3 +396,23 @@ func TestPrintableEscapesWhatCouldRewriteATerminal(t *testing.T) {
 		}
 	}
 }
+
+// --decision takes only a needs_human question's answers: --decision deny
+// would send a denial without the reason deny requires. Nothing is sent.
+func TestApproveDecisionTakesOnlyTheAnswersToAnUnknownOutcome(t *testing.T) {
+	t.Parallel()
+	srv := startServe(t, t.TempDir())
+	runID := parkedRun(t, srv, "decision-1")
+	const key = exampleKeys + "supervisor@cityops.nk"
+	for _, d := range []string{"deny", "approve", "bogus"} {
+		code, out, errOut := run(t, "", "approve", runID, "s3c1", "--as", "supervisor@cityops", "--key", key,
+			"--decision", d, "--yes", "--nats", srv.url, "--wait", "10s")
+		if code != exitError || !strings.Contains(errOut, `--decision "`+d+`": want mark_done, retry or abandon`) {
+			t.Errorf("approve --decision %s: exit %d, want %d and the flag named\n%s\n%s", d, code, exitError, out, errOut)
+		}
+	}
+	code, out, errOut := run(t, "", "pending", "--nats", srv.url)
+	if code != exitOK || !strings.Contains(out, runID) || !strings.Contains(out, "s3c1") {
+		t.Errorf("s3c1 is no longer pending: exit %d\n%s\n%s", code, out, errOut)
+	}
+}

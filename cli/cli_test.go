@@ -6,10 +6,12 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"net"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -517,5 +519,47 @@ func TestSubmitRefusesATaskIDTheSchemaRefuses(t *testing.T) {
 	code, _, stderr := run(t, "", "submit", "--nats", "nats://127.0.0.1:1", "--task-id", "ticket/42")
 	if code != exitError || !strings.Contains(stderr, "--task-id") || !strings.Contains(stderr, "ticket/42") {
 		t.Errorf("exit %d, stderr %q; want an error naming --task-id", code, stderr)
+	}
+}
+
+// --file is the whole task: a task flag beside it would be dropped
+// without a word, so it is refused, named, before anything is sent.
+func TestSubmitRefusesTaskFlagsWithFile(t *testing.T) {
+	t.Parallel()
+	file := filepath.Join(t.TempDir(), "task.json")
+	if err := os.WriteFile(file, plainTask("file-1", "escalation-assistant"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, _, stderr := run(t, "", "submit", "--nats", "nats://127.0.0.1:1", "--file", file,
+		"--task-id", "other", "--agent", "dry-run-assistant", "--dry-run", "--input", "x")
+	if code != exitError || !strings.Contains(stderr, "--file") ||
+		!strings.Contains(stderr, "--agent, --dry-run, --input, --task-id cannot be used with it") {
+		t.Errorf("submit --file with task flags: exit %d, stderr %q; want an error naming them", code, stderr)
+	}
+	// Flags that say how to send and follow, not what, still go with it.
+	code, _, stderr = run(t, "", "submit", "--nats", "nats://127.0.0.1:1", "--file", file, "--timeout", "1s", "--json")
+	if code != exitError || !strings.Contains(stderr, "connect to nats://127.0.0.1:1") {
+		t.Errorf("submit --file --timeout --json: exit %d, stderr %q; want it to get as far as connecting", code, stderr)
+	}
+}
+
+// An input's <, > and & are sent as they are, not as six-byte \u003c
+// escapes: an input of 16,000 '<' fits the example's max_input_bytes
+// (16384), and would be rejected at six times its size.
+func TestSubmitSendsHTMLCharactersUnescaped(t *testing.T) {
+	t.Parallel()
+	srv := startServe(t, t.TempDir())
+	code, out, stderr := run(t, "", "submit", "--nats", srv.url, "--task-id", "html-1", "--agent", "dry-run-assistant", "--dry-run",
+		"--input", strings.Repeat("<", 16000), "--timeout", "60s")
+	if code != exitOK {
+		t.Errorf("submit an input of 16000 '<': exit %d, want %d\n%s\n%s", code, exitOK, out, stderr)
+	}
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	tf := registerTaskFlags(fs, "")
+	if err := fs.Parse([]string{"--input", "a<b & c>d"}); err != nil {
+		t.Fatal(err)
+	}
+	if in := string(tf.task().Input); in != `"a<b & c>d"` {
+		t.Errorf("task input %s, want \"a<b & c>d\"", in)
 	}
 }

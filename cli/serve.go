@@ -5,12 +5,16 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"net"
 	"os"
 	"runtime"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/loopgate/loopgate/config"
 	"github.com/loopgate/loopgate/examples/cityops"
+	"github.com/loopgate/loopgate/journal"
 	"github.com/loopgate/loopgate/natsd"
 )
 
@@ -29,22 +33,96 @@ type serveFlags struct {
 	replicas     int
 	groupCommit  string
 	ackWait      time.Duration
+	// set holds the flags given on the command line: they override the
+	// config file's server section even when zero or empty, so that
+	// --workers 0 is refused rather than read as "not given".
+	set map[string]bool
 }
 
 func (f *serveFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.configPath, "config", "", "config file (default: the built-in CityOps example)")
-	fs.StringVar(&f.listen, "listen", "", "embedded server's client address (default 127.0.0.1:4222)")
+	fs.StringVar(&f.listen, "listen", "", "embedded server's client address (default 127.0.0.1:4222; not with --nats)")
 	fs.StringVar(&f.data, "data", "", "data directory: JetStream store and tool files (default ./loopgate-data)")
 	fs.IntVar(&f.workers, "workers", 0, "concurrent runs (default 4)")
 	fs.StringVar(&f.natsURL, "nats", "", "external NATS URL(s), comma-separated; embeds no server")
-	fs.StringVar(&f.natsConfig, "nats-config", "", "nats-server config file for the embedded server: accounts, users, permissions, TLS (e.g. deploy/nats-accounts.conf)")
+	fs.StringVar(&f.natsConfig, "nats-config", "", "nats-server config file for the embedded server: accounts, users, permissions, TLS (e.g. deploy/nats-accounts.conf); not with --nats")
 	f.auth.register(fs)
 	fs.StringVar(&f.logFormat, "log-format", "auto", "log format: auto (tint on a terminal, else JSON), text or json")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn, error")
-	fs.StringVar(&f.syncInterval, "sync-interval", "", `embedded server fsync: "always" (default) or a duration such as 2m`)
+	fs.StringVar(&f.syncInterval, "sync-interval", "", `embedded server fsync: "always" (default) or a duration such as 2m; not with --nats`)
 	fs.IntVar(&f.replicas, "replicas", 0, "replicas of the streams and KV buckets loopgate creates (default 1; existing ones are never lowered)")
 	fs.StringVar(&f.groupCommit, "group-commit", "", "appends of different runs waiting at once share atomic batches: auto (default: on with the embedded server at sync-interval always and one replica), on or off")
 	fs.DurationVar(&f.ackWait, "ack-wait", 0, "how long a worker may hold a work message without a heartbeat (default 30s)")
+}
+
+// parse parses serve's or worker's arguments into f and records which
+// flags were given.
+func (f *serveFlags) parse(fs *flag.FlagSet, e env, args []string) (code int, ok bool) {
+	f.register(fs)
+	if code, ok := parseOnlyFlags(fs, e, args); !ok {
+		return code, false
+	}
+	f.set = map[string]bool{}
+	fs.Visit(func(fl *flag.Flag) { f.set[fl.Name] = true })
+	return 0, true
+}
+
+// embeddedOnly are the flags that configure the embedded server: with
+// --nats there is none, and they would do nothing.
+var embeddedOnly = []string{"nats-config", "listen", "sync-interval"}
+
+// checkEmbeddedFlags refuses embedded-server flags given with --nats.
+func (f *serveFlags) checkEmbeddedFlags() error {
+	if f.natsURL == "" {
+		return nil
+	}
+	var given []string
+	for _, name := range embeddedOnly {
+		if f.set[name] {
+			given = append(given, "--"+name)
+		}
+	}
+	if len(given) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%s: for the embedded server only, and with --nats there is none (configure that server instead)", strings.Join(given, ", "))
+}
+
+// orConfig is the flag's value if it was given, else the config file's.
+func orConfig[T any](f *serveFlags, name string, flagValue, configValue T) T {
+	if f.set[name] {
+		return flagValue
+	}
+	return configValue
+}
+
+// checkSettings refuses, before anything starts, the server settings the
+// packages below would refuse in their own terms (journal: Layout.Replicas,
+// natsd: Config.Listen), which name no flag. A value may come from a flag
+// or from the config file, so the error names both. listen and
+// syncInterval are checked only for an embedded server: with --nats they
+// do not apply.
+func checkSettings(o stackOptions, embedded bool) error {
+	switch {
+	case o.workers < 1:
+		return fmt.Errorf("--workers (server.workers) %d: want at least 1", o.workers)
+	case o.replicas < 1 || o.replicas > 5:
+		return fmt.Errorf("--replicas (server.replicas) %d: want 1 to 5", o.replicas)
+	case o.ackWait < 100*time.Millisecond:
+		return fmt.Errorf("--ack-wait (server.ack_wait) %s: want at least 100ms", o.ackWait)
+	case !embedded:
+		return nil
+	}
+	if o.syncInterval != natsd.SyncAlways {
+		if d, err := time.ParseDuration(o.syncInterval); err != nil || d <= 0 {
+			return fmt.Errorf("--sync-interval (server.sync_interval) %q: want %q or a positive duration like \"2m\"", o.syncInterval, natsd.SyncAlways)
+		}
+	}
+	_, port, err := net.SplitHostPort(o.listen)
+	if n, perr := strconv.Atoi(port); err != nil || perr != nil || n < 0 || n > 65535 {
+		return fmt.Errorf("--listen (server.listen) %q: want host:port, the port a number from 0 to 65535", o.listen)
+	}
+	return nil
 }
 
 // loadConfig reads --config, or the built-in CityOps example.
@@ -58,8 +136,7 @@ func loadConfig(path string) (*config.Config, error) {
 func runServe(ctx context.Context, e env, args []string) int {
 	fs := flag.NewFlagSet("loopgate serve", flag.ContinueOnError)
 	var f serveFlags
-	f.register(fs)
-	if code, ok := parseOnlyFlags(fs, e, args); !ok {
+	if code, ok := f.parse(fs, e, args); !ok {
 		return code
 	}
 	return serve(ctx, e, f, false)
@@ -68,8 +145,7 @@ func runServe(ctx context.Context, e env, args []string) int {
 func runWorker(ctx context.Context, e env, args []string) int {
 	fs := flag.NewFlagSet("loopgate worker", flag.ContinueOnError)
 	var f serveFlags
-	f.register(fs)
-	if code, ok := parseOnlyFlags(fs, e, args); !ok {
+	if code, ok := f.parse(fs, e, args); !ok {
 		return code
 	}
 	if f.natsURL == "" {
@@ -83,33 +159,35 @@ func serve(ctx context.Context, e env, f serveFlags, workerOnly bool) int {
 	if err != nil {
 		return fail(e, "%v", err)
 	}
+	if err := f.checkEmbeddedFlags(); err != nil {
+		return fail(e, "%v", err)
+	}
 	cfg, err := loadConfig(f.configPath)
 	if err != nil {
 		return fail(e, "%v", err)
 	}
-	if f.natsConfig != "" && f.natsURL != "" {
-		return fail(e, "--nats-config configures the embedded server; with --nats there is none (configure that server instead)")
-	}
-	groupCommit, err := chooseGroupCommit(cmp.Or(f.groupCommit, cfg.Server.GroupCommit), f.natsURL == "",
-		cmp.Or(f.syncInterval, cfg.Server.SyncInterval), cmp.Or(f.replicas, cfg.Server.Replicas))
-	if err != nil {
-		return fail(e, "%v", err)
-	}
+	embedded := f.natsURL == ""
 	o := stackOptions{
 		cfg:          cfg,
 		natsURL:      f.natsURL,
 		natsConfig:   f.natsConfig,
 		auth:         f.auth.orEnv(),
-		listen:       cmp.Or(f.listen, cfg.Server.Listen),
+		listen:       orConfig(&f, "listen", f.listen, cfg.Server.Listen),
 		dataDir:      cmp.Or(f.data, cfg.Server.Data),
-		syncInterval: cmp.Or(f.syncInterval, cfg.Server.SyncInterval),
-		replicas:     cmp.Or(f.replicas, cfg.Server.Replicas),
-		groupCommit:  groupCommit,
-		ackWait:      cmp.Or(f.ackWait, cfg.Server.AckWait.D()),
-		maxDeliver:   cfg.Server.MaxDeliver,
-		crash:        crashHook(os.Getenv(crashEnv), log),
-		workers:      cmp.Or(f.workers, cfg.Server.Workers),
-		log:          log,
+		syncInterval: orConfig(&f, "sync-interval", f.syncInterval, cfg.Server.SyncInterval),
+		replicas:     orConfig(&f, "replicas", f.replicas, cfg.Server.Replicas),
+		// The config's zero ack_wait is the journal's default.
+		ackWait:    orConfig(&f, "ack-wait", f.ackWait, cmp.Or(cfg.Server.AckWait.D(), journal.DefaultAckWait)),
+		maxDeliver: cfg.Server.MaxDeliver,
+		crash:      crashHook(os.Getenv(crashEnv), log),
+		workers:    orConfig(&f, "workers", f.workers, cfg.Server.Workers),
+		log:        log,
+	}
+	if err := checkSettings(o, embedded); err != nil {
+		return fail(e, "%v", err)
+	}
+	if o.groupCommit, err = chooseGroupCommit(cmp.Or(f.groupCommit, cfg.Server.GroupCommit), embedded, o.syncInterval, o.replicas); err != nil {
+		return fail(e, "%v", err)
 	}
 	for _, w := range shortBudgets(cfg, o.ackWait) {
 		log.WarnContext(ctx, w)
@@ -118,7 +196,7 @@ func serve(ctx context.Context, e env, f serveFlags, workerOnly bool) int {
 	if os.Getenv("GOMAXPROCS") == "" {
 		runtime.SetDefaultGOMAXPROCS()
 		def := runtime.GOMAXPROCS(0)
-		if n := chooseProcs(f.natsURL == "", o.syncInterval, def); n != def {
+		if n := chooseProcs(embedded, o.syncInterval, def); n != def {
 			runtime.GOMAXPROCS(n)
 			defer runtime.SetDefaultGOMAXPROCS()
 			procs = []any{"gomaxprocs", n, "gomaxprocs_default", def}
@@ -132,9 +210,13 @@ func serve(ctx context.Context, e env, f serveFlags, workerOnly bool) int {
 	if s.srv != nil {
 		where = s.srv.ClientURL()
 	}
-	log.InfoContext(ctx, "loopgate serving", append([]any{"nats", where, "embedded", s.srv != nil, "data", o.dataDir,
-		"workers", o.workers, "sync_interval", o.syncInterval, "group_commit", o.groupCommit, "agents", len(cfg.Agents), "tools", len(cfg.Tools)},
-		procs...)...)
+	attrs := []any{"nats", where, "embedded", s.srv != nil, "data", o.dataDir, "workers", o.workers}
+	if embedded {
+		// An external server's fsync is its own config's: ours says nothing of it.
+		attrs = append(attrs, "sync_interval", o.syncInterval)
+	}
+	attrs = append(attrs, "group_commit", o.groupCommit, "agents", len(cfg.Agents), "tools", len(cfg.Tools))
+	log.InfoContext(ctx, "loopgate serving", append(attrs, procs...)...)
 	if !workerOnly {
 		fmt.Fprintf(e.stdout, "loopgate serving on %s (data %s, %d workers); tasks go to loopgate.tasks.<tenant>\n", where, o.dataDir, o.workers)
 	}

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -66,6 +67,7 @@ func builtins(outbox string) (tools.Builtins, error) {
 
 func startStack(ctx context.Context, o stackOptions) (_ *stack, err error) {
 	s := &stack{outbox: filepath.Join(o.dataDir, "outbox")}
+	var refused refusalWatch
 	defer func() {
 		if err != nil {
 			s.close(context.Background())
@@ -87,13 +89,13 @@ func startStack(ctx context.Context, o stackOptions) (_ *stack, err error) {
 		if opts, err = o.auth.options(false); err != nil {
 			return nil, err
 		}
-		s.nc, err = s.srv.Connect(append(opts, nats.Name("loopgate"), logAsyncErrors(o.log))...)
+		s.nc, err = s.srv.Connect(append(opts, nats.Name("loopgate"), logAsyncErrors(o.log, refused.heard))...)
 	} else {
 		var opts []nats.Option
 		if opts, err = o.auth.options(true); err != nil {
 			return nil, err
 		}
-		opts = append(opts, nats.Name("loopgate"), nats.MaxReconnects(-1), logAsyncErrors(o.log))
+		opts = append(opts, nats.Name("loopgate"), nats.MaxReconnects(-1), logAsyncErrors(o.log, refused.heard))
 		// A worker started while its servers are down (a restart of the
 		// whole deployment, a node being replaced) waits for them like it
 		// waits for JetStream below, instead of exiting: an exploratory
@@ -114,20 +116,20 @@ func startStack(ctx context.Context, o stackOptions) (_ *stack, err error) {
 	if s.js, err = jetstream.New(s.nc); err != nil {
 		return nil, err
 	}
-	err = untilJetStreamAnswers(ctx, o.log, "ensure the layout", func(ctx context.Context) error {
+	err = untilJetStreamAnswers(ctx, o.log, "ensure the layout", refused.step(s.nc, func(ctx context.Context) error {
 		return journal.Ensure(ctx, s.js, journal.Layout{Replicas: o.replicas, AckWait: o.ackWait, MaxDeliver: o.maxDeliver})
-	})
+	}))
 	if err != nil {
 		return nil, err
 	}
-	err = untilJetStreamAnswers(ctx, o.log, "open the journal", func(ctx context.Context) (err error) {
+	err = untilJetStreamAnswers(ctx, o.log, "open the journal", refused.step(s.nc, func(ctx context.Context) (err error) {
 		var opts []journal.Option
 		if o.groupCommit {
 			opts = append(opts, journal.WithGroupCommit(0))
 		}
 		s.journal, err = journal.New(ctx, s.js, opts...)
 		return err
-	})
+	}))
 	if err != nil {
 		return nil, err
 	}
@@ -160,7 +162,7 @@ func startStack(ctx context.Context, o stackOptions) (_ *stack, err error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := untilJetStreamAnswers(ctx, o.log, "start the workers", s.pool.Start); err != nil {
+	if err := untilJetStreamAnswers(ctx, o.log, "start the workers", refused.step(s.nc, s.pool.Start)); err != nil {
 		return nil, err
 	}
 	return s, nil
@@ -194,6 +196,50 @@ func untilJetStreamAnswers(ctx context.Context, log *slog.Logger, what string, s
 	}
 }
 
+// refusalWatch ends a startup step at once when the server refuses this
+// user an operation. A refused request is never answered: the step would
+// wait as long as its context allows (journal.Ensure has no deadline of
+// its own), then untilJetStreamAnswers would try again until its patience
+// ran out — a worker user started with another user's --inbox-prefix
+// logged "NATS does not answer yet" for two minutes. The connection's
+// error handler reports the refusal (heard) while the step waits.
+type refusalWatch struct {
+	mu     sync.Mutex
+	cancel context.CancelCauseFunc // the step's in progress; nil between steps
+}
+
+// heard cancels the step in progress with err, a permission violation.
+func (w *refusalWatch) heard(err error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.cancel != nil {
+		w.cancel(err)
+	}
+}
+
+// step wraps a startup step on nc: a refusal heard while it runs ends it,
+// with an error that names the refusal (and that jetStreamBusy does not
+// take for an outage).
+func (w *refusalWatch) step(nc *nats.Conn, step func(context.Context) error) func(context.Context) error {
+	return func(ctx context.Context) error {
+		ctx, cancel := context.WithCancelCause(ctx)
+		defer cancel(nil)
+		w.mu.Lock()
+		w.cancel = cancel
+		w.mu.Unlock()
+		err := step(ctx)
+		w.mu.Lock()
+		w.cancel = nil
+		w.mu.Unlock()
+		if err != nil && errors.Is(context.Cause(ctx), nats.ErrPermissionViolation) {
+			if refused := refusal(nc, err); refused != nil {
+				return refused
+			}
+		}
+		return err
+	}
+}
+
 // errCodeNoPeers is JetStream's "no suitable peers for placement" (the
 // jetstream package has no name for it); its description lists why.
 const errCodeNoPeers jetstream.ErrorCode = 10005
@@ -215,6 +261,10 @@ var placementMisfits = []string{"insufficient storage", "tag", "jetstream not en
 func jetStreamBusy(err error) bool {
 	var apiErr *jetstream.APIError
 	switch {
+	case errors.Is(err, nats.ErrPermissionViolation):
+		// A refusal (refusal) wraps the timeout it caused; waiting will
+		// not make the server allow it.
+		return false
 	case errors.As(err, &apiErr):
 		if apiErr.ErrorCode == errCodeNoPeers {
 			return !slices.ContainsFunc(placementMisfits, func(r string) bool { return strings.Contains(apiErr.Description, r) })
@@ -290,7 +340,7 @@ func connect(ctx context.Context, url string, extra ...nats.Option) (*nats.Conn,
 // so what the client sees is only a timeout.
 func refusal(nc *nats.Conn, err error) error {
 	if perr := nc.LastError(); errors.Is(perr, nats.ErrPermissionViolation) {
-		return fmt.Errorf("%s refused this user: %v (%w)", nc.ConnectedUrlRedacted(), perr, err)
+		return fmt.Errorf("%s refused this user: %w (%w)", nc.ConnectedUrlRedacted(), perr, err)
 	}
 	return nil
 }
@@ -407,8 +457,8 @@ func (a natsAuth) options(withTLS bool) ([]nats.Option, error) {
 
 // logAsyncErrors logs what the server reports without failing a call, a
 // permission violation above all: a refused request is otherwise only a
-// timeout.
-func logAsyncErrors(log *slog.Logger) nats.Option {
+// timeout. It also passes each permission violation to onRefusal.
+func logAsyncErrors(log *slog.Logger, onRefusal func(error)) nats.Option {
 	return nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
 		attrs := []any{"err", err}
 		if sub != nil {
@@ -416,6 +466,7 @@ func logAsyncErrors(log *slog.Logger) nats.Option {
 		}
 		if errors.Is(err, nats.ErrPermissionViolation) {
 			log.Error("nats: the server refused an operation of this user (see deploy/nats-accounts.conf)", attrs...)
+			onRefusal(err)
 			return
 		}
 		log.Warn("nats: asynchronous error", attrs...)

@@ -24,7 +24,7 @@ func runSubmit(ctx context.Context, e env, args []string) int {
 	fs := flag.NewFlagSet("loopgate submit", flag.ContinueOnError)
 	var (
 		natsURL = fs.String("nats", "nats://127.0.0.1:4222", "NATS URL of a running loopgate")
-		file    = fs.String("file", "", "task JSON file ('-' for stdin); flags below are ignored")
+		file    = fs.String("file", "", "task JSON file ('-' for stdin), the whole task: instead of --task-id, --tenant, --agent, --principal, --roles, --input, --dry-run and --session")
 		tf      = registerTaskFlags(fs, "what the agent is asked to do")
 		taskID  = fs.String("task-id", "", "client task id (default: a new UUID); resubmitting one finds its run")
 		dryRun  = fs.Bool("dry-run", false, "preview writes without executing them")
@@ -38,6 +38,17 @@ func runSubmit(ctx context.Context, e env, args []string) int {
 	var payload []byte
 	var task events.Task
 	if *file != "" {
+		// The file is the whole task, sent as written: a task flag beside
+		// it would be silently dropped.
+		var given []string
+		fs.Visit(func(f *flag.Flag) {
+			if taskFlagNames[f.Name] {
+				given = append(given, "--"+f.Name)
+			}
+		})
+		if len(given) > 0 {
+			return fail(e, "submit: --file is the whole task; %s cannot be used with it (set them in the file)", strings.Join(given, ", "))
+		}
 		var err error
 		if *file == "-" {
 			payload, err = readAll(e.stdin)
@@ -59,7 +70,7 @@ func runSubmit(ctx context.Context, e env, args []string) int {
 		if task.TaskID == "" {
 			task.TaskID = uuid.NewString()
 		}
-		payload, _ = json.Marshal(task)
+		payload, _ = marshalJSON(task)
 	}
 	if !events.ValidToken(task.Tenant) {
 		return fail(e, "tenant %q is not a valid subject token", task.Tenant)
@@ -125,6 +136,13 @@ func follow(ctx context.Context, e env, j *journal.Journal, filter string, asJSO
 	return fail(e, "follow run: %v", cmpErr(ctx.Err(), "the watch ended before the run did"))
 }
 
+// taskFlagNames are submit's flags that build a task, which --file
+// replaces: registerTaskFlags's and submit's own.
+var taskFlagNames = map[string]bool{
+	"tenant": true, "agent": true, "principal": true, "roles": true, "input": true,
+	"task-id": true, "dry-run": true, "session": true,
+}
+
 // taskFlags are the flags that describe a task: submit's, and bench's for
 // each task it publishes.
 type taskFlags struct {
@@ -143,10 +161,16 @@ func registerTaskFlags(fs *flag.FlagSet, inputUsage string) taskFlags {
 
 // task is the task the flags describe, without a task id.
 func (f taskFlags) task() events.Task {
-	in, _ := json.Marshal(*f.input)
+	in, _ := marshalJSON(*f.input)
 	return events.Task{Tenant: *f.tenant, Agent: *f.agent, Input: in,
 		Principal: events.Principal{ID: *f.principal, Roles: splitList(*f.roles)}}
 }
+
+// marshalJSON is json.Marshal without its HTML escaping, as events are
+// stored (events.EncodeData): Marshal writes <, > and & as six-byte
+// \u003c sequences, and a task's input is bounded in bytes
+// (intake.max_input_bytes, max_task_bytes) as sent.
+func marshalJSON(v any) ([]byte, error) { return events.EncodeData(v) }
 
 func cmpErr(err error, msg string) error {
 	if err != nil {

@@ -42,7 +42,13 @@ func runTools(ctx context.Context, e env, args []string) int {
 		return exitOK
 	}
 
-	nc, err := nats.Connect(*natsURL, nats.Name("loopgate-tools"), nats.Timeout(5*time.Second))
+	// Authenticated like the other client commands (authFromEnv): a
+	// server with accounts refuses an anonymous client.
+	opts, err := authFromEnv().options(true)
+	if err != nil {
+		return fail(e, "%v", err)
+	}
+	nc, err := nats.Connect(*natsURL, append(opts, nats.Name("loopgate-tools"), nats.Timeout(5*time.Second))...)
 	if err != nil {
 		return fail(e, "connect to %s: %v", *natsURL, err)
 	}
@@ -84,7 +90,9 @@ func printManifests(w io.Writer, where string, ms []tools.Manifest) {
 
 // discover asks every micro service on nc for its info and collects the
 // answers for up to wait, or until 250ms pass without a new one after the
-// first. Instances are sorted by service name, version and id.
+// first. Instances are sorted by service name, version and id. A server
+// that refuses this user the request or its reply inbox answers nothing,
+// which would read as "no services": that is an error naming the refusal.
 func discover(ctx context.Context, nc *nats.Conn, wait time.Duration) ([]micro.Info, error) {
 	subject, err := micro.ControlSubject(micro.InfoVerb, "", "")
 	if err != nil {
@@ -99,6 +107,14 @@ func discover(ctx context.Context, nc *nats.Conn, wait time.Duration) ([]micro.I
 	defer sub.Unsubscribe()
 	if err := nc.PublishRequest(subject, inbox, nil); err != nil {
 		return nil, err
+	}
+	// The server reports a refused subscription or publish before it
+	// answers the flush's ping.
+	if err := nc.FlushTimeout(5 * time.Second); err != nil {
+		return nil, err
+	}
+	if refused := refusal(nc, fmt.Errorf("asking %s for the services there", subject)); refused != nil {
+		return nil, refused
 	}
 	overall := time.NewTimer(wait)
 	defer overall.Stop()

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -176,6 +177,68 @@ func TestSubjectMatches(t *testing.T) {
 	for _, tt := range tests {
 		if got := subjectMatches(tt.pattern, tt.subject); got != tt.want {
 			t.Errorf("subjectMatches(%q, %q) = %v", tt.pattern, tt.subject, got)
+		}
+	}
+}
+
+// toolsUsersConf is a server config whose users differ only in what
+// loopgate tools needs: discoverer may ask $SRV.INFO and read its inbox,
+// other may not ask, svc runs the services.
+const toolsUsersConf = `authorization {
+  users: [
+    {user: discoverer, password: d, permissions: {publish: ["$SRV.>"], subscribe: ["_INBOX_discoverer.>"]}}
+    {user: other, password: o, permissions: {publish: ["elsewhere"], subscribe: ["_INBOX_other.>"]}}
+    {user: svc, password: s}
+  ]
+}
+`
+
+// Not parallel: loopgate tools authenticates from the environment, as the
+// other client commands do, and a refusal is named, not read as "no
+// services".
+func TestToolsAuthenticatesFromTheEnvironmentAndNamesARefusal(t *testing.T) {
+	conf := filepath.Join(t.TempDir(), "users.conf")
+	if err := os.WriteFile(conf, []byte(toolsUsersConf), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	srv, err := natsd.Start(natsd.Config{StoreDir: t.TempDir(), SyncInterval: "2m", ConfigFile: conf, Listen: "127.0.0.1:0",
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Shutdown()
+	nc, err := srv.Connect(nats.UserInfo("svc", "s"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	svc, err := toolsvc.New(nc, &toolsvc.Config{Name: "auth-tools", Version: "1.0.0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := svc.Add("echo", "auth.tools.echo", func(context.Context, toolsvc.Request) (any, error) { return nil, nil }); err != nil {
+		t.Fatal(err)
+	}
+	if err := svc.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	defer svc.Stop(context.Background())
+
+	for _, tc := range []struct {
+		user, password, inbox string
+		wantCode              int
+		want                  string
+	}{
+		{"discoverer", "d", "_INBOX_discoverer", exitOK, "auth-tools 1.0.0: 1 instance"},
+		{"other", "o", "_INBOX_other", exitError, `refused this user: nats: permissions violation: Permissions Violation for Publish to "$SRV.INFO"`},
+		{"discoverer", "d", "", exitError, `refused this user: nats: permissions violation: Permissions Violation for Subscription to "_INBOX.`},
+	} {
+		t.Setenv("NATS_USER", tc.user)
+		t.Setenv("NATS_PASSWORD", tc.password)
+		t.Setenv("NATS_INBOX_PREFIX", tc.inbox)
+		code, out, errOut := run(t, "", "tools", "--nats", srv.ClientURL())
+		if code != tc.wantCode || !strings.Contains(out+errOut, tc.want) {
+			t.Errorf("tools as %s (inbox %q): exit %d, want %d and %q\n%s%s", tc.user, tc.inbox, code, tc.wantCode, tc.want, out, errOut)
 		}
 	}
 }
