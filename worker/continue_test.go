@@ -2,6 +2,7 @@ package worker_test
 
 import (
 	"context"
+	"fmt"
 	"runtime"
 	"strings"
 	"sync/atomic"
@@ -225,5 +226,80 @@ func TestStopsDuringALongStepDoNotSpendTheRunsDeliveries(t *testing.T) {
 	assertTrail(t, evs, []string{"started", "proposed:final", "finished:done"})
 	if n := calls.Load(); n != stops+1 {
 		t.Errorf("the model was asked %d times, want %d", n, stops+1)
+	}
+}
+
+// A pool holds no work it is not working on. A task waiting in a pool's
+// buffer when the pool stops (or dies) would spend a delivery without a
+// worker ever looking at it, and after a kill -9 wait out AckWait while
+// other workers sit idle: a few rolling restarts while the queue is backed
+// up would stop a healthy task as a poison message before any worker
+// started it. Here two workers are offered a quick task and three held
+// ones: once the quick one is done, both workers are busy and the third
+// held task waits in the stream, not in the pool; and after two stops
+// (MaxDeliver is 2) every task ends done.
+func TestAPoolTakesNoMoreWorkThanItsWorkersCanDo(t *testing.T) {
+	t.Parallel()
+	const workers = 2
+	var held atomic.Int32
+	release := make(chan struct{})
+	answer := model.Response{Output: []byte(`{"final_answer":{"summary":"ok"}}`), Name: "held"}
+	b := setup(t, options{
+		layout:  journal.Layout{MaxDeliver: 2, AckWait: time.Second},
+		retry:   20 * time.Millisecond,
+		workers: workers,
+		agents:  map[string]config.Profile{"held": profile("lookup_complaints"), "quick": profile("lookup_complaints")},
+		scripts: map[string]model.Model{
+			"quick": model.Func(func(context.Context, model.Request) (model.Response, error) { return answer, nil }),
+			"held": model.Func(func(ctx context.Context, req model.Request) (model.Response, error) {
+				held.Add(1)
+				select {
+				case <-release:
+					return answer, nil
+				case <-ctx.Done(): // the pool's stop, past its drain
+					return model.Response{}, ctx.Err()
+				}
+			}),
+		},
+	})
+	runs := []string{b.submit(task("held-0", "held")), b.submit(task("quick-1", "quick"))}
+	b.waitEnd(runs[1])
+	for i := 2; i <= 3; i++ {
+		runs = append(runs, b.submit(task(fmt.Sprintf("held-%d", i), "held")))
+	}
+	waitHeld := func(n int32) {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for held.Load() < n {
+			if time.Now().After(deadline) {
+				t.Fatalf("the held model was asked %d times, want %d\n%s", held.Load(), n, b.logs.String())
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	for stop := int32(0); stop <= 2; stop++ {
+		waitHeld(workers * (stop + 1)) // both workers busy
+		// Longer than a nakked message's delay (1s), and than the pool's
+		// pulls take to fill a buffer.
+		time.Sleep(1200 * time.Millisecond)
+		c, err := b.env.JS.Consumer(t.Context(), journal.StreamWork, journal.ConsumerWorkers)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info := c.CachedInfo(); info.NumAckPending != workers {
+			t.Fatalf("after %d stops: %d work messages delivered and unacknowledged, want %d (the busy workers'); %d waiting",
+				stop, info.NumAckPending, workers, info.NumPending)
+		}
+		if stop == 2 {
+			break
+		}
+		ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+		_ = b.pool.Stop(ctx) // the drain runs out mid-step
+		cancel()
+		b.startPool()
+	}
+	close(release)
+	for _, runID := range runs {
+		assertTrail(t, b.waitEnd(runID), []string{"started", "proposed:final", "finished:done"})
 	}
 }

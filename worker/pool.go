@@ -11,12 +11,14 @@ import (
 	"time"
 
 	"github.com/kaptinlin/jsonschema"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/loopgate/loopgate/approvals"
 	"github.com/loopgate/loopgate/config"
 	"github.com/loopgate/loopgate/events"
 	"github.com/loopgate/loopgate/idempotency"
+	"github.com/loopgate/loopgate/internal/wait"
 	"github.com/loopgate/loopgate/journal"
 	"github.com/loopgate/loopgate/model"
 	"github.com/loopgate/loopgate/redact"
@@ -146,11 +148,12 @@ type Pool struct {
 	mu           sync.Mutex
 	started      bool
 	stopped      bool
-	iter         jetstream.MessagesContext
 	approvalIter jetstream.MessagesContext
-	cancel       context.CancelFunc
-	wg           sync.WaitGroup
-	projection   *projector
+	// stopTaking ends the workers' pulls of work messages (Stop).
+	stopTaking context.CancelFunc
+	cancel     context.CancelFunc
+	wg         sync.WaitGroup
+	projection *projector
 	// acks are the acknowledgements waiting for the projection updates of
 	// their messages (ackAfterProjection); Stop waits for them after wg.
 	acks sync.WaitGroup
@@ -260,15 +263,7 @@ func (p *Pool) Start(ctx context.Context) error {
 		aiter.Stop() // Start may be tried again
 		return fmt.Errorf("worker: consumer %s on %s: %w", journal.ConsumerWorkers, journal.StreamWork, err)
 	}
-	// Buffer no more than the pool can work on: a buffered message is an
-	// unacked message nobody is working on.
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	iter, err := cons.Messages(jetstream.PullMaxMessages(p.opts.Workers), jetstream.PullExpiry(pullExpiry), jetstream.PullHeartbeat(pullHeartbeat))
-	if err != nil {
-		cancel()
-		aiter.Stop()
-		return fmt.Errorf("worker: consume %s: %w", journal.StreamWork, err)
-	}
 	p.maxDeliver = cons.CachedInfo().Config.MaxDeliver
 	if aw := cons.CachedInfo().Config.AckWait; aw > 0 && p.opts.Heartbeat > aw/3 {
 		// Beat well inside the consumer's AckWait, whatever was asked: a
@@ -279,16 +274,16 @@ func (p *Pool) Start(ctx context.Context) error {
 	advisories, err := p.watchMaxDeliveries(runCtx)
 	if err != nil {
 		cancel()
-		iter.Stop()
 		aiter.Stop()
 		return err
 	}
 	p.advisories = advisories
-	p.iter, p.approvalIter, p.cancel, p.started = iter, aiter, cancel, true
+	taking, stopTaking := context.WithCancel(runCtx)
+	p.approvalIter, p.stopTaking, p.cancel, p.started = aiter, stopTaking, cancel, true
 	p.projection = newProjector(p.journal.PutRuns, p.log)
 	go p.projection.run(runCtx)
 	for range p.opts.Workers {
-		p.wg.Go(func() { p.consume(runCtx, iter) })
+		p.wg.Go(func() { p.consume(runCtx, taking, cons) })
 	}
 	// Approval messages are decided in as many lanes as there are workers,
 	// each run's in order in its lane (see consumeApprovals).
@@ -324,7 +319,7 @@ func (p *Pool) Stop(ctx context.Context) error {
 	p.stopped = true
 	p.mu.Unlock()
 	_ = p.advisories.Unsubscribe()
-	p.iter.Drain()
+	p.stopTaking()
 	p.approvalIter.Drain()
 	done := make(chan struct{})
 	go func() { p.wg.Wait(); close(done) }()
@@ -343,7 +338,7 @@ func (p *Pool) Stop(ctx context.Context) error {
 	}
 }
 
-// pullExpiry bounds each pull request the pool keeps open, and
+// pullExpiry bounds each pull request a worker keeps open, and
 // pullHeartbeat is how often the server says an open pull is alive. When
 // the server holding a pending pull dies (a consumer's leader on a lost
 // node) nothing tells the client: nats.go notices only when two heartbeats
@@ -368,23 +363,48 @@ func (p *Pool) stopping() bool {
 	return p.stopped
 }
 
-func (p *Pool) consume(ctx context.Context, iter jetstream.MessagesContext) {
-	for {
-		msg, err := iter.Next()
-		if err != nil {
-			if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
-				return
+// consume is one worker: it pulls a work message only when it is free to
+// work on it, and works on it, until taking is done (Stop).
+//
+// Each worker pulls for itself, one message at a time, rather than the
+// pool keeping a buffer filled ahead (jetstream's Messages): a buffered
+// message is delivered to nobody who works on it. When the pool stops,
+// or its process dies, each buffered message has spent one of its
+// MaxDeliver deliveries, and after a kill waits out AckWait while other
+// workers sit idle; a few restarts while the queue is backed up would
+// stop a healthy task as a poison message before any worker started it
+// (TestAPoolTakesNoMoreWorkThanItsWorkersCanDo). A pull costs a request
+// per message, against the 36 writes of a run.
+func (p *Pool) consume(ctx, taking context.Context, cons jetstream.Consumer) {
+	for taking.Err() == nil {
+		msg, err := p.take(taking, cons)
+		switch {
+		case taking.Err() != nil:
+			if msg != nil {
+				// Came as the pool stopped: leave it for another worker.
+				_ = msg.NakWithDelay(time.Second)
 			}
+			return
+		case errors.Is(err, nats.ErrTimeout) || errors.Is(err, context.DeadlineExceeded):
+			continue // nothing to do in pullExpiry: pull again
+		case errors.Is(err, nats.ErrConnectionClosed) || errors.Is(err, jetstream.ErrConnectionClosed):
+			return
+		case err != nil:
+			// The server holding the pull went away (no heartbeat), or
+			// the consumer has no leader yet: pull again shortly.
 			p.log.WarnContext(ctx, "fetch work", "err", err)
-			continue
-		}
-		if p.stopping() {
-			// Drained after Stop: leave it for another worker.
-			_ = msg.NakWithDelay(time.Second)
+			_ = wait.For(taking, p.opts.RetryDelay)
 			continue
 		}
 		p.handle(ctx, msg)
 	}
+}
+
+// take pulls one work message, waiting at most pullExpiry for one.
+func (p *Pool) take(taking context.Context, cons jetstream.Consumer) (jetstream.Msg, error) {
+	ctx, cancel := context.WithTimeout(taking, pullExpiry)
+	defer cancel()
+	return cons.Next(jetstream.FetchContext(ctx), jetstream.FetchHeartbeat(pullHeartbeat))
 }
 
 // handle works on one message and settles it. It never panics out: a
