@@ -160,7 +160,7 @@ func (l *load) report(ctx context.Context) (stop func()) {
 func (l *load) submit(ctx context.Context, r *loadRun) error {
 	t := l.task
 	t.TaskID = r.taskID
-	payload, err := marshalJSON(t)
+	payload, err := events.EncodeData(t)
 	if err != nil {
 		return err
 	}

@@ -70,7 +70,9 @@ func runSubmit(ctx context.Context, e env, args []string) int {
 		if task.TaskID == "" {
 			task.TaskID = uuid.NewString()
 		}
-		payload, _ = marshalJSON(task)
+		// Without HTML escapes, as events are stored: a task's input is
+		// bounded in bytes (intake.max_input_bytes, max_task_bytes) as sent.
+		payload, _ = events.EncodeData(task)
 	}
 	if !events.ValidToken(task.Tenant) {
 		return fail(e, "tenant %q is not a valid subject token", task.Tenant)
@@ -161,16 +163,10 @@ func registerTaskFlags(fs *flag.FlagSet, inputUsage string) taskFlags {
 
 // task is the task the flags describe, without a task id.
 func (f taskFlags) task() events.Task {
-	in, _ := marshalJSON(*f.input)
+	in, _ := events.EncodeData(*f.input)
 	return events.Task{Tenant: *f.tenant, Agent: *f.agent, Input: in,
 		Principal: events.Principal{ID: *f.principal, Roles: splitList(*f.roles)}}
 }
-
-// marshalJSON is json.Marshal without its HTML escaping, as events are
-// stored (events.EncodeData): Marshal writes <, > and & as six-byte
-// \u003c sequences, and a task's input is bounded in bytes
-// (intake.max_input_bytes, max_task_bytes) as sent.
-func marshalJSON(v any) ([]byte, error) { return events.EncodeData(v) }
 
 func cmpErr(err error, msg string) error {
 	if err != nil {

@@ -87,7 +87,6 @@ func TestRedactionComesBeforeTheObservationBound(t *testing.T) {
 			})
 			evs := b.waitEnd(b.submit(task("leaky-"+name, "leaky-agent")))
 			obs := last[events.ObservedData](t, evs, events.TypeObserved)
-			t.Logf("%s", obs.Observation[:300])
 			if obs.Bytes > 1024 || len(obs.Observation) > 1024 || !obs.Truncated {
 				t.Errorf("observation of %d bytes (stored %d, truncated %v), over max_observation_bytes 1024", obs.Bytes, len(obs.Observation), obs.Truncated)
 			}
