@@ -563,3 +563,19 @@ func TestSubmitSendsHTMLCharactersUnescaped(t *testing.T) {
 		t.Errorf("task input %s, want \"a<b & c>d\"", in)
 	}
 }
+
+// A --timeout shorter than the publish is how long to follow the run, not
+// the publish's deadline: the task is stored and the error names the
+// follow, so the sender does not send it again as if it were lost.
+func TestSubmitStoresTheTaskWhateverItsTimeout(t *testing.T) {
+	t.Parallel()
+	srv := startServe(t, t.TempDir())
+	code, out, stderr := run(t, "", "submit", "--nats", srv.url, "--task-id", "short-1", "--agent", "dry-run-assistant", "--dry-run", "--timeout", "1ns")
+	if code != exitError || strings.Contains(stderr, "publish task") || !strings.Contains(stderr, "follow run") {
+		t.Errorf("submit --timeout 1ns: exit %d, want %d with the follow named, not the publish\n%s\n%s", code, exitError, out, stderr)
+	}
+	code, out, stderr = run(t, "", "submit", "--nats", srv.url, "--task-id", "short-1", "--agent", "dry-run-assistant", "--dry-run", "--timeout", "60s")
+	if code != exitOK || !strings.Contains(out, "duplicate task id: following the existing run") {
+		t.Errorf("the same task again: exit %d, want %d following the run the first submit stored\n%s\n%s", code, exitOK, out, stderr)
+	}
+}

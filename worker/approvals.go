@@ -49,15 +49,19 @@ func (p *Pool) consumeApprovals(ctx context.Context, iter jetstream.MessagesCont
 		}
 		wg.Wait()
 	}()
+	trouble := newTroubleLog("fetch approvals", p.log, p.now)
 	for {
 		msg, err := iter.Next()
 		if err != nil {
 			if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
 				return
 			}
-			p.log.WarnContext(ctx, "fetch approvals", "err", err)
+			// The iterator pulls again by itself (a missed heartbeat
+			// every 2s through an outage): warn now and then.
+			trouble.failed(ctx, err)
 			continue
 		}
+		trouble.ok(ctx)
 		queues[laneOf(msg.Subject(), lanes)] <- msg
 	}
 }

@@ -144,6 +144,8 @@ type Pool struct {
 	// refusedWarned is when the pool last warned that the server refused
 	// its atomic batches (unix nanoseconds): at most once a minute.
 	refusedWarned atomic.Int64
+	// fetching reports the workers' failed pulls of work, once for all.
+	fetching *troubleLog
 
 	mu           sync.Mutex
 	started      bool
@@ -220,6 +222,7 @@ func New(d Deps, cfg *Config) (*Pool, error) {
 		approvalSch: approvalSch,
 		decisions:   decisions,
 		continuing:  make(chan struct{}, c.Workers),
+		fetching:    newTroubleLog("fetch work", c.Logger, c.Clock),
 	}, nil
 }
 
@@ -391,11 +394,13 @@ func (p *Pool) consume(ctx, taking context.Context, cons jetstream.Consumer) {
 			return
 		case err != nil:
 			// The server holding the pull went away (no heartbeat), or
-			// the consumer has no leader yet: pull again shortly.
-			p.log.WarnContext(ctx, "fetch work", "err", err)
+			// the consumer has no leader yet: pull again shortly. Every
+			// worker meets it at once: the pool warns once for all.
+			p.fetching.failed(ctx, err)
 			_ = wait.For(taking, p.opts.RetryDelay)
 			continue
 		}
+		p.fetching.ok(ctx)
 		p.handle(ctx, msg)
 	}
 }

@@ -1,0 +1,56 @@
+package worker_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/loopgate/loopgate/config"
+	"github.com/loopgate/loopgate/journal"
+	"github.com/loopgate/loopgate/model"
+)
+
+// While the workers' consumer cannot be pulled from (here it is deleted;
+// on a cluster, its leader died and no other is elected yet), every worker
+// of a pool fails its pulls at once and retries: the pool warns once for
+// all of them, not once per worker and retry, and says when it takes work
+// again. The task sent meanwhile is worked on once the consumer is back.
+func TestAPoolWarnsOnceOfWorkItCannotFetch(t *testing.T) {
+	t.Parallel()
+	answer := model.Response{Output: []byte(`{"final_answer":{"summary":"ok"}}`), Name: "quick"}
+	b := setup(t, options{
+		workers: 8,
+		retry:   20 * time.Millisecond,
+		agents:  map[string]config.Profile{"quick": profile("lookup_complaints")},
+		scripts: map[string]model.Model{"quick": model.Func(func(context.Context, model.Request) (model.Response, error) { return answer, nil })},
+	})
+	ctx := t.Context()
+	c, err := b.env.JS.Consumer(ctx, journal.StreamWork, journal.ConsumerWorkers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := c.CachedInfo().Config
+	if err := b.env.JS.DeleteConsumer(ctx, journal.StreamWork, journal.ConsumerWorkers); err != nil {
+		t.Fatal(err)
+	}
+	runID := b.submit(task("unfetched-1", "quick"))
+	// 8 workers retrying every 20ms: hundreds of failed pulls, well
+	// inside the 10s after which the pool would warn again.
+	time.Sleep(time.Second)
+	if _, err := b.env.JS.CreateConsumer(ctx, journal.StreamWork, cfg); err != nil {
+		t.Fatal(err)
+	}
+	assertTrail(t, b.waitEnd(runID), []string{"started", "proposed:final", "finished:done"})
+	logs := b.logs.String()
+	if n := strings.Count(logs, `msg="fetch work" `); n != 1 {
+		t.Errorf("%d warnings of work the pool could not fetch, want 1 for the pool's 8 workers\n%s", n, logs)
+	}
+	var failures int
+	if _, after, ok := strings.Cut(logs, `msg="fetch work: working again" failures=`); !ok {
+		t.Errorf("the pool did not say it fetches work again\n%s", logs)
+	} else if _, err := fmt.Sscan(after, &failures); err != nil || failures <= 8 {
+		t.Errorf("the pool counted %d failed pulls (%v), want more than one per worker\n%s", failures, err, logs)
+	}
+}
