@@ -49,7 +49,12 @@ type Record struct {
 	State       State           `json:"state"`
 	Attempt     int             `json:"attempt"`
 	Result      json.RawMessage `json:"result,omitempty"`
-	Updated     time.Time       `json:"updated"`
+	// ResultBytes is the size of the tool's result when Result holds
+	// only its first part (cut to fit an event), 0 when it is whole: a
+	// reuse of the record tells the model it sees a part, as the first
+	// execution did.
+	ResultBytes int       `json:"result_bytes,omitempty"`
+	Updated     time.Time `json:"updated"`
 }
 
 // ErrConflict means the operation id is bound to other arguments: the call

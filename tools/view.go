@@ -716,7 +716,7 @@ func runeLen(r rune, w int) int {
 	switch {
 	case r == '"' || r == '\\' || r == '\b' || r == '\f' || r == '\n' || r == '\r' || r == '\t':
 		return 2
-	case r < 0x20:
+	case r < 0x20 || r == '\u2028' || r == '\u2029':
 		return 6
 	case r == utf8.RuneError && w == 1:
 		return len("\ufffd")
@@ -726,8 +726,8 @@ func runeLen(r rune, w int) int {
 
 // appendStringBytes appends s as a JSON string. Unlike encoding/json it
 // leaves <, > and & alone (observations are read by models, not embedded
-// in HTML) and escapes only what JSON requires; invalid UTF-8 becomes
-// U+FFFD.
+// in HTML) and escapes only what JSON requires, and U+2028 and U+2029 as
+// encoding/json does; invalid UTF-8 becomes U+FFFD.
 func appendStringBytes(b []byte, s string) []byte {
 	b = append(b, '"')
 	for i := 0; i < len(s); {
@@ -745,7 +745,10 @@ func appendStringBytes(b []byte, s string) []byte {
 			b = append(b, '\\', 'r')
 		case r == '\t':
 			b = append(b, '\\', 't')
-		case r < 0x20:
+		case r < 0x20 || r == '\u2028' || r == '\u2029':
+			// The line and paragraph separators as encoding/json, and the
+			// events' encoder with it, writes them: a document cut to a
+			// bound in bytes stays within it once it is stored.
 			b = fmt.Appendf(b, `\u%04x`, r)
 		case r == utf8.RuneError && w == 1:
 			b = append(b, "\ufffd"...)

@@ -55,11 +55,14 @@ const maxRecordedResult = 16 << 10
 // run's active time.
 const resolverTimeout = 5 * time.Second
 
-// recordable is a tool's result as an event keeps it, at most
-// maxRecordedResult bytes, and how many bytes the tool's result had when
-// it was cut (0 when kept whole).
-func recordable(result json.RawMessage) (json.RawMessage, int) {
-	out, cut := tools.Bound(result, maxRecordedResult)
+// recordable is a tool's result as an event keeps it: redacted, then at
+// most maxRecordedResult bytes, and how many bytes the tool's result had
+// when it was cut (0 when kept whole). Redacted first, as an observation
+// is: redacting what was cut to the bound (a placeholder longer than the
+// value) took it past the bound in the stored event.
+func (r *run) recordable(result json.RawMessage) (json.RawMessage, int) {
+	redacted, _ := r.p.redactor.JSON(result)
+	out, cut := tools.Bound(redacted, maxRecordedResult)
 	if !cut {
 		return out, 0
 	}
@@ -227,11 +230,22 @@ func (r *run) resolve(ctx context.Context, resolver, id string) (policy.Owner, e
 	defer cancel()
 	b, err := callTool(cctx, fn, tools.Call{Tool: resolver, RunID: r.st.RunID, Tenant: r.task.Tenant, Principal: r.task.Principal.ID, Args: args})
 	if err != nil {
-		return policy.Owner{}, fmt.Errorf("resolver %q: %w", resolver, err)
+		if cerr := ctx.Err(); cerr != nil {
+			return policy.Owner{}, fmt.Errorf("resolver %q: %w", resolver, cerr) // the run's own end: its pool stops
+		}
+		// The cause is quoted, not wrapped: a resolver's timeout (or a
+		// tool service's "no responders") is the resolver's trouble, not
+		// JetStream's. Wrapped, classify took it for an outage of the
+		// store and held the run's message for ever, asking again without
+		// spending a delivery; as it is, the message is redelivered, and
+		// past MaxDeliver the run stops with this cause.
+		return policy.Owner{}, fmt.Errorf("resolver %q: %v", resolver, err)
 	}
 	var o policy.Owner
 	if err := json.Unmarshal(b, &o); err != nil {
-		return policy.Owner{}, fmt.Errorf("resolver %q answered %s, not {found, tenant}", resolver, b)
+		// Its start only: the error ends up in logs and, past
+		// MaxDeliver, in the run's finished detail.
+		return policy.Owner{}, fmt.Errorf("resolver %q answered %q (%d bytes), not {found, tenant}", resolver, r.p.redactString(excerpt(b)), len(b))
 	}
 	return o, nil
 }
@@ -467,7 +481,7 @@ func (r *run) invoke(ctx context.Context, a *attempt) (events.ExecutedData, erro
 	switch {
 	case err == nil:
 		out.Status = events.ExecOK
-		out.Result, out.ResultBytes = recordable(result)
+		out.Result, out.ResultBytes = r.recordable(result)
 		return out, nil
 	case errors.Is(err, context.DeadlineExceeded) && cctx.Err() != nil:
 		out.Status, out.ErrorClass = events.ExecTimeout, "timeout"

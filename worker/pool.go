@@ -388,8 +388,13 @@ func (p *Pool) consume(ctx, taking context.Context, cons jetstream.Consumer) {
 				_ = msg.NakWithDelay(time.Second)
 			}
 			return
-		case errors.Is(err, nats.ErrTimeout) || errors.Is(err, context.DeadlineExceeded):
-			continue // nothing to do in pullExpiry: pull again
+		case errors.Is(err, nats.ErrTimeout):
+			// The server ended the pull with nothing to take: it answers,
+			// so an idle pool, too, says when a trouble is over.
+			p.fetching.ok(ctx)
+			continue
+		case errors.Is(err, context.DeadlineExceeded):
+			continue // no answer in pullExpiry: pull again
 		case errors.Is(err, nats.ErrConnectionClosed) || errors.Is(err, jetstream.ErrConnectionClosed):
 			return
 		case err != nil:

@@ -3,6 +3,7 @@ package worker_test
 import (
 	"context"
 	"encoding/json"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/loopgate/loopgate/config"
 	"github.com/loopgate/loopgate/events"
+	"github.com/loopgate/loopgate/journal"
 	"github.com/loopgate/loopgate/model"
 	"github.com/loopgate/loopgate/tools"
 )
@@ -65,6 +67,10 @@ func TestRedactionComesBeforeTheObservationBound(t *testing.T) {
 	t.Parallel()
 	results := map[string]func() any{
 		"escapes": func() any { return map[string]any{"note": "contact alice@example.com " + strings.Repeat("<", 3000)} },
+		// Stored as six-byte escapes, as encoding/json writes them.
+		"line-separators": func() any {
+			return map[string]any{"note": strings.Repeat("\u2028", 1500) + strings.Repeat("\u2029", 1500)}
+		},
 		"placeholders": func() any {
 			rows := make([]map[string]string, 80)
 			for i := range rows {
@@ -336,5 +342,72 @@ func TestTheModelIsToldAResultWasCut(t *testing.T) {
 	obs := last[events.ObservedData](t, evs, events.TypeObserved)
 	if err := json.Unmarshal(obs.Observation, &o); err != nil || !strings.Contains(o.Message, "this is its first part") {
 		t.Errorf("the model is not told the result was cut: %s", obs.Observation)
+	}
+}
+
+// The result an executed event keeps is at most 16 KiB as stored: cut
+// after it is redacted (a placeholder is longer than an empty value), and
+// counting what the event's encoder escapes.
+func TestTheRecordedResultBoundHoldsForWhatIsStored(t *testing.T) {
+	t.Parallel()
+	results := map[string]func() any{
+		"line separators": func() any { return map[string]any{"note": strings.Repeat("\u2028", 40000)} },
+		"placeholders": func() any {
+			rows := make([]map[string]string, 3000)
+			for i := range rows {
+				rows[i] = map[string]string{"token": ""}
+			}
+			return rows
+		},
+	}
+	for name, result := range results {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, options{
+				tools:    []tools.Manifest{fakeTool("big", tools.Read, false)},
+				builtins: tools.Builtins{"big": func(context.Context, tools.Call) (any, error) { return result(), nil }},
+				roles:    operatorMay("big"),
+				agents:   map[string]config.Profile{"big-agent": profile("big")},
+				scripts:  map[string]model.Model{"big-agent": scripted(t, `{"tool_calls":[{"tool":"big","args":{}}]}`, `{"final_answer":{"summary":"ok"}}`)},
+			})
+			evs := b.waitEnd(b.submit(task("big-"+strings.ReplaceAll(name, " ", "-"), "big-agent")))
+			x := last[events.ExecutedData](t, evs, events.TypeExecuted)
+			if len(x.Result) > 16<<10 || x.ResultBytes <= 16<<10 {
+				t.Errorf("executed result stored at %d bytes (result_bytes %d), want at most 16 KiB of a longer result", len(x.Result), x.ResultBytes)
+			}
+		})
+	}
+}
+
+// A write whose result was cut, and whose worker died after completing
+// its operation record but before its executed event, is settled from
+// the record by the worker that takes the run up: the model is still told
+// it sees the first part of the result, as the first worker would have.
+func TestAResultReusedFromItsRecordStillSaysItWasCut(t *testing.T) {
+	t.Parallel()
+	var runs, passed atomic.Int32
+	m, fns := ungated("big_write", &runs, func(context.Context, tools.Call) (any, error) {
+		return map[string]string{"blob": strings.Repeat("x", 64<<10)}, nil
+	})
+	m.Timeout = events.Duration(300 * time.Millisecond)
+	b := setup(t, options{
+		tools: []tools.Manifest{m}, builtins: fns, roles: writerRoles("big_write"),
+		agents:  map[string]config.Profile{"bigw": profile("big_write")},
+		scripts: map[string]model.Model{"bigw": scripted(t, `{"tool_calls":[{"tool":"big_write","args":{"n":1}}]}`, `{"final_answer":{"summary":"ok"}}`)},
+		layout:  journal.Layout{AckWait: 500 * time.Millisecond},
+		crash: func(point string) {
+			if point == "after:idempotency_record" && passed.Add(1) == 1 {
+				runtime.Goexit() // the worker dies here, once
+			}
+		},
+	})
+	evs := b.waitEnd(b.submit(task("bigw-1", "bigw")))
+	if runs.Load() != 1 {
+		t.Fatalf("the write ran %d times, want once", runs.Load())
+	}
+	x := last[events.ExecutedData](t, evs, events.TypeExecuted)
+	obs := last[events.ObservedData](t, evs, events.TypeObserved)
+	if x.Message != events.RecordedResultReused || x.ResultBytes <= 16<<10 || !strings.Contains(string(obs.Observation), "this is its first part") {
+		t.Errorf("executed %q, result_bytes %d: want the recorded result reused and the model told it sees a part: %.200s", x.Message, x.ResultBytes, obs.Observation)
 	}
 }

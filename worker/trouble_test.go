@@ -54,3 +54,37 @@ func TestAPoolWarnsOnceOfWorkItCannotFetch(t *testing.T) {
 		t.Errorf("the pool counted %d failed pulls (%v), want more than one per worker\n%s", failures, err, logs)
 	}
 }
+
+// An idle pool, too, says when it can fetch work again: a pull that the
+// server ends with nothing to take shows the consumer answers.
+func TestAnIdlePoolSaysItFetchesWorkAgain(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{retry: 20 * time.Millisecond})
+	ctx := t.Context()
+	c, err := b.env.JS.Consumer(ctx, journal.StreamWork, journal.ConsumerWorkers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := c.CachedInfo().Config
+	if err := b.env.JS.DeleteConsumer(ctx, journal.StreamWork, journal.ConsumerWorkers); err != nil {
+		t.Fatal(err)
+	}
+	for !strings.Contains(b.logs.String(), `msg="fetch work" `) {
+		if ctx.Err() != nil {
+			t.Fatal("no warning of the failed pulls")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if _, err := b.env.JS.CreateConsumer(ctx, journal.StreamWork, cfg); err != nil {
+		t.Fatal(err)
+	}
+	// A pull ends with nothing to take after 4.5s (pullExpiry, less the
+	// server's margin).
+	deadline := time.Now().Add(15 * time.Second)
+	for !strings.Contains(b.logs.String(), `msg="fetch work: working again"`) {
+		if time.Now().After(deadline) {
+			t.Fatalf("15s after the consumer came back, the idle pool has not said it fetches work again\n%s", b.logs.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

@@ -44,7 +44,7 @@ func (r *run) runWrite(ctx context.Context, a *attempt) (events.ExecutedData, er
 	case !fresh:
 		switch prior.State {
 		case idempotency.Completed:
-			out.Status, out.Result = events.ExecOK, prior.Result
+			out.Status, out.Result, out.ResultBytes = events.ExecOK, prior.Result, prior.ResultBytes
 			out.Message = events.RecordedResultReused
 			return out, nil
 		case idempotency.Abandoned:
@@ -70,7 +70,7 @@ func (r *run) runWrite(ctx context.Context, a *attempt) (events.ExecutedData, er
 	r.p.crash("after:side_effect")
 	switch out.Status {
 	case events.ExecOK:
-		rec.State, rec.Result = idempotency.Completed, out.Result
+		rec.State, rec.Result, rec.ResultBytes = idempotency.Completed, out.Result, out.ResultBytes
 	case events.ExecTimeout:
 		rec.State = idempotency.Unknown
 	case events.ExecTransient:
@@ -112,7 +112,7 @@ func (r *run) lostAttempt(ctx context.Context, m tools.Manifest, lost events.Exe
 	}
 	switch rec.State {
 	case idempotency.Completed:
-		out.Result = rec.Result
+		out.Result, out.ResultBytes = rec.Result, rec.ResultBytes
 		return ended(events.ExecOK, "", events.RecordedResultReused)
 	case idempotency.Retryable:
 		return ended(events.ExecTransient, "transient", "the tool failed transiently (the operation record says so); its worker stopped before recording the end")
@@ -222,13 +222,13 @@ func (r *run) reconcile(ctx context.Context, c *events.CallState) error {
 			// record it completes, must fit in a message.
 			d.Applied = *answer.Applied
 			if len(answer.Result) > 0 {
-				d.Result, d.ResultBytes = recordable(answer.Result)
+				d.Result, d.ResultBytes = r.recordable(answer.Result)
 			}
 		}
 	}
 	if d.Applied {
 		if rec, rev, err := r.p.idem.Get(ctx, opID); err == nil {
-			rec.State, rec.Result, rec.Updated = idempotency.Completed, d.Result, r.p.now().UTC()
+			rec.State, rec.Result, rec.ResultBytes, rec.Updated = idempotency.Completed, d.Result, d.ResultBytes, r.p.now().UTC()
 			r.recordOutcome(ctx, rec, rev)
 		}
 	}
