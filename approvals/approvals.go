@@ -147,8 +147,19 @@ type Policy struct {
 	// Received is when the message reached the approvals stream (its
 	// stream timestamp, set by the NATS server): signed_at is judged
 	// against it, so a message that waits for a worker does not go stale
-	// while a re-publication of an old one does. Zero: Check's now.
+	// while a re-publication of an old one does; and so is the question's
+	// expiry: a decision that reached the stream in time decides, however
+	// long it waited for a worker (a busy lane, an outage, a redelivery
+	// after a crash). Zero: Check's now.
 	Received time.Time
+}
+
+// arrived is when the message came, as far as the policy knows.
+func (p Policy) arrived(now time.Time) time.Time {
+	if p.Received.IsZero() {
+		return now
+	}
+	return p.Received
 }
 
 // Check decides whether msg may decide entry. It returns "" when it may,
@@ -174,7 +185,7 @@ func Check(msg Message, e Entry, p Policy, now time.Time) (class, detail string)
 		return RejectNotAllowed, msg.Approver.ID + "'s roles may not approve " + e.Tool
 	case msg.Approver.ID == e.Principal && !p.AllowSelf:
 		return RejectSelf, msg.Approver.ID + " asked for this run and may not approve it"
-	case !now.Before(e.ExpiresAt):
+	case !p.arrived(now).Before(e.ExpiresAt):
 		return RejectExpired, "the question expired at " + e.ExpiresAt.UTC().Format(time.RFC3339)
 	}
 	return "", ""

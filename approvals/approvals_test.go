@@ -58,6 +58,19 @@ func TestCheckDecidesWhoMayDecideWhat(t *testing.T) {
 		{"expired", func() (approvals.Message, approvals.Entry, approvals.Policy, time.Time) {
 			return msg, pending, allowed, now.Add(time.Hour)
 		}, approvals.RejectExpired},
+		{"arrived after the expiry", func() (approvals.Message, approvals.Entry, approvals.Policy, time.Time) {
+			p := allowed
+			p.Received = pending.ExpiresAt
+			return msg, pending, p, pending.ExpiresAt.Add(time.Second)
+		}, approvals.RejectExpired},
+		// A decision that reached the stream in time decides, however long
+		// it waited for a worker: the question's expiry is judged against
+		// the message's arrival, not against when it is decided.
+		{"arrived in time, decided after the expiry", func() (approvals.Message, approvals.Entry, approvals.Policy, time.Time) {
+			p := allowed
+			p.Received = pending.ExpiresAt.Add(-time.Minute)
+			return msg, pending, p, pending.ExpiresAt.Add(time.Minute)
+		}, ""},
 		{"retry answers no approval question", func() (approvals.Message, approvals.Entry, approvals.Policy, time.Time) {
 			m := msg
 			m.Decision = approvals.Retry

@@ -206,10 +206,7 @@ func authenticate(msg Message, p Policy, now time.Time) (class, detail string) {
 	if err != nil {
 		return RejectBadSignature, err.Error()
 	}
-	ref := now
-	if !p.Received.IsZero() {
-		ref = p.Received
-	}
+	ref := p.arrived(now)
 	maxAge := p.MaxAge
 	if maxAge <= 0 {
 		maxAge = DefaultMaxAge

@@ -511,9 +511,51 @@ func (j *Journal) readFrom(ctx context.Context, filter string, from, upTo uint64
 		return nil, 0, fmt.Errorf("read consumer: %w", err)
 	}
 	defer j.drop(ctx, cons)
-	if pending := int(cons.CachedInfo().NumPending); want == 0 || want > pending {
-		want = pending // fewer than asked: some aged out
+	asked := max(want, 0)
+	// want <= 0 too: a seq no loopgate wrote (2^64-1 on a run's subject)
+	// makes the count Load asks for negative, which make would panic on.
+	if pending := int(cons.CachedInfo().NumPending); want <= 0 || want > pending {
+		want = pending // fewer than asked: some aged out, or a lagging replica
 	}
+	out, seq, err := j.readConsumer(ctx, cons, upTo, want)
+	if err != nil {
+		return nil, 0, err
+	}
+	return j.topUp(ctx, filter, out, max(seq, from-1), upTo, asked)
+}
+
+// topUp completes from the stream's leader a read that ended before upTo
+// (asked > 0: before it had asked events). The read's consumer is R1 and
+// JetStream puts it on any server holding the stream, and a follower that
+// is catching up (seconds after its restart) has fewer of the messages
+// than the leader said there were: the read came back short, a worker
+// found a gap in a healthy run ("run trail does not fold"), and an audit
+// could have shown a trail without its last events. Message gets go to the
+// leader, one per event left after stream seq seq, which a complete read
+// never needs.
+func (j *Journal) topUp(ctx context.Context, filter string, out []events.Event, seq, upTo uint64, asked int) ([]events.Event, uint64, error) {
+	for seq < upTo && (asked == 0 || len(out) < asked) {
+		m, err := j.events.GetMsg(ctx, seq+1, jetstream.WithGetMsgSubject(filter))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			break
+		}
+		if err != nil {
+			return nil, 0, fmt.Errorf("read after stream seq %d: %w", seq, err)
+		}
+		if m.Sequence > upTo {
+			break
+		}
+		e, err := decode(m.Subject, m.Sequence, m.Data)
+		if err != nil {
+			return nil, 0, err
+		}
+		out, seq = append(out, e), m.Sequence
+	}
+	return out, seq, nil
+}
+
+// readConsumer reads want events through cons, none past upTo.
+func (j *Journal) readConsumer(ctx context.Context, cons jetstream.Consumer, upTo uint64, want int) ([]events.Event, uint64, error) {
 	out := make([]events.Event, 0, want)
 	var seq uint64
 	for tries := 0; len(out) < want; {

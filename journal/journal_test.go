@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -664,5 +665,23 @@ func TestMaxDataBytesFitsTheServersMaxPayload(t *testing.T) {
 	over.RunID = "run-over"
 	if _, err := j.Append(t.Context(), 0, over); !errors.Is(err, nats.ErrMaxPayload) {
 		t.Fatalf("an event over max_payload: err = %v, want %v", err, nats.ErrMaxPayload)
+	}
+}
+
+// An event on a run's subject with a seq no loopgate wrote (2^64-1) is
+// read as it is, for Fold to refuse: Load neither panics nor loses the
+// events before it.
+func TestLoadOfAnAbsurdSeqReadsTheRunAsItIs(t *testing.T) {
+	t.Parallel()
+	env := natstest.Start(t)
+	ctx := t.Context()
+	mustAppend(t, env.Journal, 0, trail("acme", "run-1", 1, 2)...)
+	if _, err := env.JS.Publish(ctx, events.EventSubject("acme", "run-1", events.TypeObserved),
+		[]byte(mustJSON(t, ev("acme", "run-1", math.MaxUint64, events.TypeObserved)))); err != nil {
+		t.Fatal(err)
+	}
+	evs, _, err := env.Journal.Load(ctx, "acme", "run-1")
+	if err != nil || len(evs) != 3 || evs[0].Seq != 1 || evs[1].Seq != 2 || evs[2].Seq != math.MaxUint64 {
+		t.Fatalf("Load = %d events (%v), want the three stored", len(evs), err)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -29,23 +30,46 @@ const maxApprovalBytes = 16 << 10
 // at a time, a process decided about 12-15 a second on a cluster, and a
 // burst of questions queued behind each other for seconds (make soak).
 //
-// Each lane queues up to laneQueue messages, so a slow decision holds up
-// the decisions queued behind it in its lane, not the dispatcher: handing a
-// message to a busy lane that takes one at a time stopped every lane.
-func (p *Pool) consumeApprovals(ctx context.Context, iter jetstream.MessagesContext, lanes int) {
-	queues := make([]chan jetstream.Msg, lanes)
+// The dispatcher never waits for a lane: each lane's queue takes whatever
+// comes (the consumer's MaxAckPending bounds them all), so a slow decision
+// holds up only the messages queued behind it in its own lane. With queues
+// of 8, a burst of 9 messages for one run whose decision was slow stopped
+// every other lane until it was done (TestABurstForOneRunDoesNotHoldUpOtherRuns).
+// Messages waiting in a queue are kept alive (InProgress) as a run's are,
+// so AckWait does not hand them to another pool while they wait their
+// turn; but not behind a decision that has taken longer than ackWait (a
+// lane stuck on it): those are left to come back after AckWait, to be
+// decided elsewhere or, once out of deliveries, from the advisory.
+func (p *Pool) consumeApprovals(ctx context.Context, iter jetstream.MessagesContext, lanes int, ackWait time.Duration) {
+	queues := make([]*lane, lanes)
 	var wg sync.WaitGroup
 	for i := range queues {
-		queues[i] = make(chan jetstream.Msg, laneQueue)
+		queues[i] = newLane()
 		wg.Go(func() {
-			for msg := range queues[i] {
+			for msg, ok := queues[i].next(p.now); ok; msg, ok = queues[i].next(p.now) {
 				p.handleApproval(ctx, msg)
 			}
 		})
 	}
+	beating, stopBeating := context.WithCancel(ctx)
+	wg.Go(func() {
+		t := time.NewTicker(p.opts.Heartbeat)
+		defer t.Stop()
+		for {
+			select {
+			case <-beating.Done():
+				return
+			case <-t.C:
+				for _, l := range queues {
+					l.beat(p.now(), ackWait)
+				}
+			}
+		}
+	})
 	defer func() {
-		for _, q := range queues {
-			close(q)
+		stopBeating()
+		for _, l := range queues {
+			l.close()
 		}
 		wg.Wait()
 	}()
@@ -62,14 +86,81 @@ func (p *Pool) consumeApprovals(ctx context.Context, iter jetstream.MessagesCont
 			continue
 		}
 		trouble.ok(ctx)
-		queues[laneOf(msg.Subject(), lanes)] <- msg
+		queues[laneOf(msg.Subject(), lanes)].push(msg)
 	}
 }
 
-// laneQueue is how many approval messages a lane holds waiting. They are
-// delivered and not yet acknowledged, so it stays small against AckWait:
-// the pull asks for as many messages as there are lanes anyway.
-const laneQueue = 8
+// lane is the queue of one approvals lane: messages delivered and waiting
+// for the lane's goroutine, in the order they came.
+type lane struct {
+	mu      sync.Mutex
+	waiting []jetstream.Msg
+	closed  bool
+	began   time.Time     // when the lane's goroutine took its current message; zero while it waits
+	ready   chan struct{} // holds a token while something waits
+}
+
+func newLane() *lane { return &lane{ready: make(chan struct{}, 1)} }
+
+func (l *lane) push(msg jetstream.Msg) {
+	l.mu.Lock()
+	l.waiting = append(l.waiting, msg)
+	l.mu.Unlock()
+	l.signal()
+}
+
+func (l *lane) signal() {
+	select {
+	case l.ready <- struct{}{}:
+	default:
+	}
+}
+
+// next waits for the lane's next message, taken at now(); false once the
+// lane is closed and what it held was taken.
+func (l *lane) next(now func() time.Time) (jetstream.Msg, bool) {
+	for {
+		l.mu.Lock()
+		if len(l.waiting) > 0 {
+			msg := l.waiting[0]
+			l.waiting[0] = nil
+			l.waiting = l.waiting[1:]
+			l.began = now()
+			l.mu.Unlock()
+			return msg, true
+		}
+		l.began = time.Time{}
+		closed := l.closed
+		l.mu.Unlock()
+		if closed {
+			return nil, false
+		}
+		<-l.ready
+	}
+}
+
+// close lets the lane's goroutine end once it has taken what waits.
+func (l *lane) close() {
+	l.mu.Lock()
+	l.closed = true
+	l.mu.Unlock()
+	l.signal()
+}
+
+// beat tells JetStream the messages waiting in the lane are being worked
+// on, unless the lane's current decision began stuckAfter or more ago.
+func (l *lane) beat(now time.Time, stuckAfter time.Duration) {
+	l.mu.Lock()
+	if !l.began.IsZero() && now.Sub(l.began) >= stuckAfter {
+		l.mu.Unlock()
+		return
+	}
+	waiting := slices.Clone(l.waiting)
+	l.mu.Unlock()
+	for _, msg := range waiting {
+		_ = msg.InProgress()
+	}
+}
 
 // laneOf picks the lane of an approval by its run (the subject's fourth
 // token); a malformed subject goes to lane 0, where it is rejected.
@@ -319,7 +410,11 @@ func (p *Pool) decide(ctx context.Context, msg approvalMsg) (outcome, string) {
 	entry, rev, err := p.approvals.Get(ctx, runID, callID)
 	switch {
 	case errors.Is(err, approvals.ErrNotFound) && c != nil && c.Request != nil:
-		// The worker asking is between its event and its entry: try later.
+		// The question was asked, and its entry (written before the
+		// question's event, requestHuman) cannot be read: deleted by hand,
+		// or read where it is not yet. Try later; past MaxDeliver the
+		// message is recorded undecided, and the approver told to send
+		// it again.
 		return retry, ""
 	case errors.Is(err, approvals.ErrNotFound):
 		return reject(approvals.RejectNoRequest, "no question was asked about this call", m, nil)

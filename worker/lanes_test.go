@@ -2,6 +2,7 @@ package worker_test
 
 import (
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -144,5 +145,40 @@ func TestABusyLaneDoesNotHoldUpTheOthers(t *testing.T) {
 	}
 	if timedOut() {
 		t.Fatal("the third run's approval waited for the first's, queued behind the second in the first's lane")
+	}
+}
+
+// A burst of approval messages for one run whose decision is slow holds
+// up only that run's lane: with the first run's decision held, twelve
+// more messages for it (a client retrying, say, with a wrong hash) and
+// then a second run's approval in another lane, the second run is decided
+// while the first is held. With lane queues of 8, the dispatcher waited
+// for the first run's full lane, and the second run for the first.
+func TestABurstForOneRunDoesNotHoldUpOtherRuns(t *testing.T) {
+	t.Parallel()
+	const workers = 4
+	b, timedOut := setupHeldLanes(t, workers)
+	lane := func(id string) int {
+		return worker.LaneOf(events.ApprovalSubject("cityops", events.RunID("cityops", id), "s1c1"), workers)
+	}
+	other := ""
+	for i := 1; other == ""; i++ {
+		if id := fmt.Sprintf("burst-%d", i); lane(id) != lane("burst-0") {
+			other = id
+		}
+	}
+	slow, slowQ := draftRun(t, b, "burst-0")
+	quick, quickQ := draftRun(t, b, other)
+	b.publishApproval(slow, "s1c1", slowQ.ArgsHash, "approve", "supervisor@cityops", "ok")
+	for range 12 {
+		b.publishApproval(slow, "s1c1", "sha256:"+strings.Repeat("0", 64), "approve", "supervisor@cityops", "again")
+	}
+	b.publishApproval(quick, "s1c1", quickQ.ArgsHash, "approve", "supervisor@cityops", "ok")
+	assertTrail(t, b.waitEnd(quick), oneDraftApproved())
+	if fin := last[events.FinishedData](t, b.waitEnd(slow), events.TypeFinished); fin.Reason != events.ReasonDone {
+		t.Errorf("the run with the burst finished %s (%s), want done", fin.Reason, fin.Detail)
+	}
+	if timedOut() {
+		t.Fatal("the second run's approval, in another lane, waited for the first run's slow decision: the dispatcher waited for the first run's lane")
 	}
 }
