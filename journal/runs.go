@@ -8,9 +8,11 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/loopgate/loopgate/events"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/loopgate/loopgate/events"
+	"github.com/loopgate/loopgate/internal/wait"
 )
 
 // RunRecord is a run's entry in BucketRuns, for listing runs without
@@ -48,8 +50,8 @@ func (j *Journal) PutRun(ctx context.Context, r RunRecord) error {
 	if err != nil {
 		return err
 	}
-	const attempts = 3
-	for range attempts {
+	const attempts = 4
+	for try := 1; try <= attempts; try++ {
 		m, ok, err := runMessage(ctx, kv, r)
 		if err != nil || !ok {
 			return err
@@ -58,7 +60,14 @@ func (j *Journal) PutRun(ctx context.Context, r RunRecord) error {
 		if err == nil {
 			return nil
 		}
-		if !isAPIError(err, jetstream.JSErrCodeStreamWrongLastSequence) {
+		// Another writer of the record (10071), or, on a replicated
+		// bucket, the record's previous write still being proposed (10164,
+		// no number: nothing was checked, nothing stored; seen as a
+		// warning on every R3 pool under load): read it again, and try.
+		if !isAPIError(err, jetstream.JSErrCodeStreamWrongLastSequence, jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
+			return fmt.Errorf("journal: put run %s.%s: %w", r.Tenant, r.RunID, err)
+		}
+		if werr := wait.For(ctx, time.Duration(try)*time.Millisecond); werr != nil {
 			return fmt.Errorf("journal: put run %s.%s: %w", r.Tenant, r.RunID, err)
 		}
 	}
