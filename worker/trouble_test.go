@@ -26,22 +26,12 @@ func TestAPoolWarnsOnceOfWorkItCannotFetch(t *testing.T) {
 		agents:  map[string]config.Profile{"quick": profile("lookup_complaints")},
 		scripts: map[string]model.Model{"quick": model.Func(func(context.Context, model.Request) (model.Response, error) { return answer, nil })},
 	})
-	ctx := t.Context()
-	c, err := b.env.JS.Consumer(ctx, journal.StreamWork, journal.ConsumerWorkers)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := c.CachedInfo().Config
-	if err := b.env.JS.DeleteConsumer(ctx, journal.StreamWork, journal.ConsumerWorkers); err != nil {
-		t.Fatal(err)
-	}
+	restore := deleteWorkConsumer(t, b)
 	runID := b.submit(task("unfetched-1", "quick"))
 	// 8 workers retrying every 20ms: hundreds of failed pulls, well
 	// inside the 10s after which the pool would warn again.
 	time.Sleep(time.Second)
-	if _, err := b.env.JS.CreateConsumer(ctx, journal.StreamWork, cfg); err != nil {
-		t.Fatal(err)
-	}
+	restore()
 	assertTrail(t, b.waitEnd(runID), []string{"started", "proposed:final", "finished:done"})
 	logs := b.logs.String()
 	if n := strings.Count(logs, `msg="fetch work" `); n != 1 {
@@ -61,23 +51,14 @@ func TestAnIdlePoolSaysItFetchesWorkAgain(t *testing.T) {
 	t.Parallel()
 	b := setup(t, options{retry: 20 * time.Millisecond})
 	ctx := t.Context()
-	c, err := b.env.JS.Consumer(ctx, journal.StreamWork, journal.ConsumerWorkers)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := c.CachedInfo().Config
-	if err := b.env.JS.DeleteConsumer(ctx, journal.StreamWork, journal.ConsumerWorkers); err != nil {
-		t.Fatal(err)
-	}
+	restore := deleteWorkConsumer(t, b)
 	for !strings.Contains(b.logs.String(), `msg="fetch work" `) {
 		if ctx.Err() != nil {
 			t.Fatal("no warning of the failed pulls")
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	if _, err := b.env.JS.CreateConsumer(ctx, journal.StreamWork, cfg); err != nil {
-		t.Fatal(err)
-	}
+	restore()
 	// A pull ends with nothing to take after 4.5s (pullExpiry, less the
 	// server's margin).
 	deadline := time.Now().Add(15 * time.Second)
@@ -86,5 +67,25 @@ func TestAnIdlePoolSaysItFetchesWorkAgain(t *testing.T) {
 			t.Fatalf("15s after the consumer came back, the idle pool has not said it fetches work again\n%s", b.logs.String())
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// deleteWorkConsumer deletes the workers' consumer; restore makes it again
+// as it was.
+func deleteWorkConsumer(t *testing.T, b *bundle) (restore func()) {
+	t.Helper()
+	c, err := b.env.JS.Consumer(t.Context(), journal.StreamWork, journal.ConsumerWorkers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := c.CachedInfo().Config
+	if err := b.env.JS.DeleteConsumer(t.Context(), journal.StreamWork, journal.ConsumerWorkers); err != nil {
+		t.Fatal(err)
+	}
+	return func() {
+		t.Helper()
+		if _, err := b.env.JS.CreateConsumer(t.Context(), journal.StreamWork, cfg); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
