@@ -113,9 +113,7 @@ func TestABusyLaneDoesNotHoldUpTheOthers(t *testing.T) {
 
 	// Runs A and B in one lane, C in another (the lane is a hash of the
 	// run id).
-	lane := func(id string) int {
-		return worker.LaneOf(events.ApprovalSubject("cityops", events.RunID("cityops", id), "s1c1"), workers)
-	}
+	lane := func(id string) int { return laneOfTask(id, workers) }
 	ids := []string{"busy-lane-0"}
 	for i := 1; len(ids) < 3; i++ {
 		id := fmt.Sprintf("busy-lane-%d", i)
@@ -158,12 +156,9 @@ func TestABurstForOneRunDoesNotHoldUpOtherRuns(t *testing.T) {
 	t.Parallel()
 	const workers = 4
 	b, timedOut := setupHeldLanes(t, workers)
-	lane := func(id string) int {
-		return worker.LaneOf(events.ApprovalSubject("cityops", events.RunID("cityops", id), "s1c1"), workers)
-	}
 	other := ""
 	for i := 1; other == ""; i++ {
-		if id := fmt.Sprintf("burst-%d", i); lane(id) != lane("burst-0") {
+		if id := fmt.Sprintf("burst-%d", i); laneOfTask(id, workers) != laneOfTask("burst-0", workers) {
 			other = id
 		}
 	}
@@ -181,4 +176,9 @@ func TestABurstForOneRunDoesNotHoldUpOtherRuns(t *testing.T) {
 	if timedOut() {
 		t.Fatal("the second run's approval, in another lane, waited for the first run's slow decision: the dispatcher waited for the first run's lane")
 	}
+}
+
+// laneOfTask is the approvals lane of the first call of task id's run.
+func laneOfTask(id string, workers int) int {
+	return worker.LaneOf(events.ApprovalSubject("cityops", events.RunID("cityops", id), "s1c1"), workers)
 }

@@ -71,13 +71,7 @@ func TestRedactionComesBeforeTheObservationBound(t *testing.T) {
 		"line-separators": func() any {
 			return map[string]any{"note": strings.Repeat("\u2028", 1500) + strings.Repeat("\u2029", 1500)}
 		},
-		"placeholders": func() any {
-			rows := make([]map[string]string, 80)
-			for i := range rows {
-				rows[i] = map[string]string{"token": "x"}
-			}
-			return rows
-		},
+		"placeholders": func() any { return tokenRows(80, "x") },
 	}
 	for name, result := range results {
 		t.Run(name, func(t *testing.T) {
@@ -352,13 +346,7 @@ func TestTheRecordedResultBoundHoldsForWhatIsStored(t *testing.T) {
 	t.Parallel()
 	results := map[string]func() any{
 		"line separators": func() any { return map[string]any{"note": strings.Repeat("\u2028", 40000)} },
-		"placeholders": func() any {
-			rows := make([]map[string]string, 3000)
-			for i := range rows {
-				rows[i] = map[string]string{"token": ""}
-			}
-			return rows
-		},
+		"placeholders":    func() any { return tokenRows(3000, "") },
 	}
 	for name, result := range results {
 		t.Run(name, func(t *testing.T) {
@@ -410,4 +398,14 @@ func TestAResultReusedFromItsRecordStillSaysItWasCut(t *testing.T) {
 	if x.Message != events.RecordedResultReused || x.ResultBytes <= 16<<10 || !strings.Contains(string(obs.Observation), "this is its first part") {
 		t.Errorf("executed %q, result_bytes %d: want the recorded result reused and the model told it sees a part: %.200s", x.Message, x.ResultBytes, obs.Observation)
 	}
+}
+
+// tokenRows is n rows of one sensitive key, each redacted to a placeholder
+// longer than value.
+func tokenRows(n int, value string) []map[string]string {
+	rows := make([]map[string]string, n)
+	for i := range rows {
+		rows[i] = map[string]string{"token": value}
+	}
+	return rows
 }
