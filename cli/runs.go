@@ -224,8 +224,17 @@ func printRuns(w io.Writer, recs []listedRun, scope string, limit int, now time.
 	if more := len(recs) - len(shown); more > 0 {
 		fmt.Fprintf(w, "… and %d more (--limit 0 lists every run)\n", more)
 	}
-	if stale := len(slices.DeleteFunc(slices.Clone(recs), func(r listedRun) bool { return r.Projected == "" })); stale > 0 {
-		fmt.Fprintf(w, "\n* %s: the projection's record is behind the run's events (a worker stopped before writing it); shown as the events say.\n", plural(stale, "run"))
+	behind := func(rs []listedRun) int {
+		return len(slices.DeleteFunc(slices.Clone(rs), func(r listedRun) bool { return r.Projected == "" }))
+	}
+	if stale := behind(recs); stale > 0 {
+		// The count is of every run matched, the marks only of those
+		// listed: say how many of them the table shows.
+		which := plural(stale, "run")
+		if listed := behind(shown); listed < stale {
+			which += fmt.Sprintf(" (%d of them listed)", listed)
+		}
+		fmt.Fprintf(w, "\n* %s: the projection's record is behind the run's events (a worker stopped before writing it); shown as the events say.\n", which)
 	}
 	fmt.Fprintln(w, "\nFrom the loopgate_runs projection; each run not finished there is checked against its last event. loopgate audit RUN replays a run's events.")
 }

@@ -145,3 +145,33 @@ func TestRunsCountsAndListsTheRunsByStatus(t *testing.T) {
 		}
 	}
 }
+
+// The footnote on records behind the events counts every run matched, and
+// says how many of them the table lists when --limit hides some.
+func TestRunsFootnoteSaysHowManyOfTheStaleRunsAreListed(t *testing.T) {
+	t.Parallel()
+	now := time.Now()
+	run := func(id string, age time.Duration, projected string) listedRun {
+		return listedRun{RunRecord: journal.RunRecord{RunID: id, Tenant: "cityops", Agent: "escalation-assistant",
+			Status: journal.RunRunning, LastSeq: 3, Updated: now.Add(-age)}, Projected: projected}
+	}
+	recs := []listedRun{run("r1", 3*time.Minute, "parked"), run("r2", 2*time.Minute, ""), run("r3", time.Minute, "parked")}
+	for _, c := range []struct {
+		limit, marked int
+		want, avoid   string
+	}{
+		{0, 2, "* 2 runs: the projection's record", "of them listed"},
+		{3, 2, "* 2 runs: the projection's record", "of them listed"},
+		{2, 1, "* 2 runs (1 of them listed): the projection's record", ""},
+		{1, 1, "* 2 runs (1 of them listed): the projection's record", ""},
+	} {
+		var out bytes.Buffer
+		printRuns(&out, recs, "any tenant", c.limit, now)
+		if !strings.Contains(out.String(), c.want) || (c.avoid != "" && strings.Contains(out.String(), c.avoid)) {
+			t.Errorf("--limit %d: want %q (and not %q) in\n%s", c.limit, c.want, c.avoid, out.String())
+		}
+		if marks := strings.Count(out.String(), "running*"); marks != c.marked {
+			t.Errorf("--limit %d: %d rows marked stale, want %d", c.limit, marks, c.marked)
+		}
+	}
+}
