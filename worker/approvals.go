@@ -12,10 +12,12 @@ import (
 	"time"
 
 	"github.com/kaptinlin/jsonschema"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/loopgate/loopgate/approvals"
 	"github.com/loopgate/loopgate/events"
+	"github.com/loopgate/loopgate/internal/wait"
 	"github.com/loopgate/loopgate/journal"
 	"github.com/loopgate/loopgate/schemas"
 )
@@ -76,10 +78,18 @@ func (p *Pool) consumeApprovals(ctx context.Context, iter jetstream.MessagesCont
 	trouble := newTroubleLog("fetch approvals", p.log, p.now)
 	for {
 		msg, err := iter.Next()
-		if err != nil {
-			if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+		if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+			// Stop drained it, or the server ended it for good (the
+			// consumer was deleted, a pull was refused as a bad request:
+			// the one error before this said which). Only the first is
+			// an end: otherwise the process would go on taking work and
+			// decide no approval again, and say nothing of it.
+			if iter = p.reopenApprovals(ctx, trouble); iter == nil {
 				return
 			}
+			continue
+		}
+		if err != nil {
 			// The iterator pulls again by itself (a missed heartbeat
 			// every 2s through an outage): warn now and then.
 			trouble.failed(ctx, err)
@@ -90,13 +100,57 @@ func (p *Pool) consumeApprovals(ctx context.Context, iter jetstream.MessagesCont
 	}
 }
 
+// openApprovals opens an iterator of the approvals consumer's messages,
+// and says the consumer's AckWait.
+func (p *Pool) openApprovals(ctx context.Context) (jetstream.MessagesContext, time.Duration, error) {
+	cons, err := p.js.Consumer(ctx, journal.StreamApprovals, journal.ConsumerApprovals)
+	if err != nil {
+		return nil, 0, fmt.Errorf("worker: consumer %s on %s: %w", journal.ConsumerApprovals, journal.StreamApprovals, err)
+	}
+	iter, err := cons.Messages(jetstream.PullMaxMessages(p.opts.Workers), jetstream.PullExpiry(pullExpiry), jetstream.PullHeartbeat(pullHeartbeat))
+	if err != nil {
+		return nil, 0, fmt.Errorf("worker: consume %s: %w", journal.StreamApprovals, err)
+	}
+	return iter, cons.CachedInfo().Config.AckWait, nil
+}
+
+// reopenApprovals opens the approvals iterator again after the server
+// ended the last one, every RetryDelay until the consumer answers (an
+// operator deleted it and makes it again, a restore), and makes it the
+// one Stop drains. It returns nil once the pool is stopping or its
+// connection is closed.
+func (p *Pool) reopenApprovals(ctx context.Context, trouble *troubleLog) jetstream.MessagesContext {
+	for !p.stopping() && ctx.Err() == nil {
+		iter, _, err := p.openApprovals(ctx)
+		switch {
+		case err == nil:
+			p.mu.Lock()
+			if p.stopped {
+				p.mu.Unlock()
+				iter.Stop()
+				return nil
+			}
+			p.approvalIter = iter
+			p.mu.Unlock()
+			trouble.ok(ctx) // the consumer answered
+			return iter
+		case errors.Is(err, nats.ErrConnectionClosed) || errors.Is(err, jetstream.ErrConnectionClosed):
+			return nil
+		}
+		trouble.failed(ctx, err)
+		_ = wait.For(ctx, p.opts.RetryDelay)
+	}
+	return nil
+}
+
 // lane is the queue of one approvals lane: messages delivered and waiting
 // for the lane's goroutine, in the order they came.
 type lane struct {
 	mu      sync.Mutex
 	waiting []jetstream.Msg
 	closed  bool
-	began   time.Time     // when the lane's goroutine took its current message; zero while it waits
+	current jetstream.Msg // the message the lane's goroutine decides now; nil while it waits
+	began   time.Time     // when it took current
 	ready   chan struct{} // holds a token while something waits
 }
 
@@ -125,11 +179,11 @@ func (l *lane) next(now func() time.Time) (jetstream.Msg, bool) {
 			msg := l.waiting[0]
 			l.waiting[0] = nil
 			l.waiting = l.waiting[1:]
-			l.began = now()
+			l.current, l.began = msg, now()
 			l.mu.Unlock()
 			return msg, true
 		}
-		l.began = time.Time{}
+		l.current, l.began = nil, time.Time{}
 		closed := l.closed
 		l.mu.Unlock()
 		if closed {
@@ -147,17 +201,23 @@ func (l *lane) close() {
 	l.signal()
 }
 
-// beat tells JetStream the messages waiting in the lane are being worked
-// on, unless the lane's current decision began stuckAfter or more ago.
+// beat tells JetStream the messages of the lane are being worked on, the
+// one being decided and those waiting, unless the current decision began
+// stuckAfter or more ago. The one being decided, too: a decision slower
+// than two thirds of AckWait (a loaded cluster, a short --ack-wait) had
+// its message delivered to another pool while it was still deciding it.
 func (l *lane) beat(now time.Time, stuckAfter time.Duration) {
 	l.mu.Lock()
-	if !l.began.IsZero() && now.Sub(l.began) >= stuckAfter {
+	if l.current != nil && now.Sub(l.began) >= stuckAfter {
 		l.mu.Unlock()
 		return
 	}
-	waiting := slices.Clone(l.waiting)
+	msgs := slices.Clone(l.waiting)
+	if l.current != nil {
+		msgs = append(msgs, l.current)
+	}
 	l.mu.Unlock()
-	for _, msg := range waiting {
+	for _, msg := range msgs {
 		_ = msg.InProgress()
 	}
 }

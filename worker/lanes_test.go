@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/loopgate/loopgate/events"
+	"github.com/loopgate/loopgate/journal"
 	"github.com/loopgate/loopgate/worker"
 )
 
@@ -181,4 +182,49 @@ func TestABurstForOneRunDoesNotHoldUpOtherRuns(t *testing.T) {
 // laneOfTask is the approvals lane of the first call of task id's run.
 func laneOfTask(id string, workers int) int {
 	return worker.LaneOf(events.ApprovalSubject("cityops", events.RunID("cityops", id), "s1c1"), workers)
+}
+
+// A decision slower than AckWait keeps its message: the lane beats the
+// message it is deciding, as it beats those waiting behind it, until the
+// decision has taken AckWait (a lane stuck on it). Beating only the
+// waiting ones, a decision held for 1.3 × AckWait had its message
+// delivered again while it was still being decided.
+func TestADecisionSlowerThanAckWaitKeepsItsMessage(t *testing.T) {
+	t.Parallel()
+	const ackWait = time.Second
+	o := oneDraft(t, "drafted")
+	o.layout = journal.Layout{AckWait: ackWait}
+	var (
+		b           *bundle
+		held        sync.Once
+		mu          sync.Mutex
+		redelivered = -1
+	)
+	o.crash = func(point string) {
+		if point != "after:approved" {
+			return
+		}
+		// Once: the point is passed twice, the event's append and then
+		// the decision's.
+		held.Do(func() {
+			time.Sleep(ackWait * 13 / 10)
+			c, err := b.env.JS.Consumer(t.Context(), journal.StreamApprovals, journal.ConsumerApprovals)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			mu.Lock()
+			redelivered = c.CachedInfo().NumRedelivered
+			mu.Unlock()
+		})
+	}
+	b = setup(t, o)
+	runID, q := draftRun(t, b, "slow-decision-1")
+	b.publishApproval(runID, "s1c1", q.ArgsHash, "approve", "supervisor@cityops", "ok")
+	assertTrail(t, b.waitEnd(runID), oneDraftApproved())
+	mu.Lock()
+	defer mu.Unlock()
+	if redelivered != 0 {
+		t.Errorf("%d approval messages delivered again while their decision took 1.3 × AckWait, want 0", redelivered)
+	}
 }

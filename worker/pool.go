@@ -253,13 +253,9 @@ func (p *Pool) Start(ctx context.Context) error {
 		return fmt.Errorf("worker: bucket %s: %w", journal.BucketSessions, err)
 	}
 	p.sessions = sessions.NewStore(skv)
-	acons, err := p.js.Consumer(ctx, journal.StreamApprovals, journal.ConsumerApprovals)
+	aiter, approvalsAckWait, err := p.openApprovals(ctx)
 	if err != nil {
-		return fmt.Errorf("worker: consumer %s on %s: %w", journal.ConsumerApprovals, journal.StreamApprovals, err)
-	}
-	aiter, err := acons.Messages(jetstream.PullMaxMessages(p.opts.Workers), jetstream.PullExpiry(pullExpiry), jetstream.PullHeartbeat(pullHeartbeat))
-	if err != nil {
-		return fmt.Errorf("worker: consume %s: %w", journal.StreamApprovals, err)
+		return err
 	}
 	cons, err := p.js.Consumer(ctx, journal.StreamWork, journal.ConsumerWorkers)
 	if err != nil {
@@ -290,7 +286,7 @@ func (p *Pool) Start(ctx context.Context) error {
 	}
 	// Approval messages are decided in as many lanes as there are workers,
 	// each run's in order in its lane (see consumeApprovals).
-	p.wg.Go(func() { p.consumeApprovals(runCtx, aiter, p.opts.Workers, acons.CachedInfo().Config.AckWait) })
+	p.wg.Go(func() { p.consumeApprovals(runCtx, aiter, p.opts.Workers, approvalsAckWait) })
 	p.wg.Go(func() { p.listUnlisted(runCtx) })
 	p.log.InfoContext(ctx, "workers started", "workers", p.opts.Workers)
 	return nil
@@ -320,10 +316,11 @@ func (p *Pool) Stop(ctx context.Context) error {
 		return nil
 	}
 	p.stopped = true
+	approvalIter := p.approvalIter // the one open now: consumeApprovals opens no other once stopped is set
 	p.mu.Unlock()
 	_ = p.advisories.Unsubscribe()
 	p.stopTaking()
-	p.approvalIter.Drain()
+	approvalIter.Drain()
 	done := make(chan struct{})
 	go func() { p.wg.Wait(); close(done) }()
 	select {

@@ -26,7 +26,7 @@ func TestAPoolWarnsOnceOfWorkItCannotFetch(t *testing.T) {
 		agents:  map[string]config.Profile{"quick": profile("lookup_complaints")},
 		scripts: map[string]model.Model{"quick": model.Func(func(context.Context, model.Request) (model.Response, error) { return answer, nil })},
 	})
-	restore := deleteWorkConsumer(t, b)
+	restore := deleteConsumer(t, b, journal.StreamWork, journal.ConsumerWorkers)
 	runID := b.submit(task("unfetched-1", "quick"))
 	// 8 workers retrying every 20ms: hundreds of failed pulls, well
 	// inside the 10s after which the pool would warn again.
@@ -51,7 +51,7 @@ func TestAnIdlePoolSaysItFetchesWorkAgain(t *testing.T) {
 	t.Parallel()
 	b := setup(t, options{retry: 20 * time.Millisecond})
 	ctx := t.Context()
-	restore := deleteWorkConsumer(t, b)
+	restore := deleteConsumer(t, b, journal.StreamWork, journal.ConsumerWorkers)
 	for !strings.Contains(b.logs.String(), `msg="fetch work" `) {
 		if ctx.Err() != nil {
 			t.Fatal("no warning of the failed pulls")
@@ -70,21 +70,68 @@ func TestAnIdlePoolSaysItFetchesWorkAgain(t *testing.T) {
 	}
 }
 
-// deleteWorkConsumer deletes the workers' consumer; restore makes it again
-// as it was.
-func deleteWorkConsumer(t *testing.T, b *bundle) (restore func()) {
+// The server ends the pool's pull of approvals for good when their
+// consumer is deleted (an operator makes it again, a restore): the pool
+// warns, opens it again once it answers, says so, and decides the
+// approval sent meanwhile. It stopped deciding approvals for the rest of
+// its life, saying nothing after the first warning.
+func TestAPoolDecidesApprovalsAgainOnceTheirConsumerIsBack(t *testing.T) {
+	t.Parallel()
+	o := oneDraft(t, "drafted")
+	o.retry = 20 * time.Millisecond
+	b := setup(t, o)
+	runID, q := draftRun(t, b, "reopened-1")
+	restore := deleteConsumer(t, b, journal.StreamApprovals, journal.ConsumerApprovals)
+	for !strings.Contains(b.logs.String(), `msg="fetch approvals" `) {
+		if t.Context().Err() != nil {
+			t.Fatal("no warning of the approvals the pool could not fetch")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	restore()
+	b.publishApproval(runID, "s1c1", q.ArgsHash, "approve", "supervisor@cityops", "ok")
+	assertTrail(t, b.waitEndWithin(runID, 15*time.Second), oneDraftApproved())
+	if logs := b.logs.String(); !strings.Contains(logs, `msg="fetch approvals: working again"`) {
+		t.Errorf("the pool did not say it fetches approvals again\n%s", logs)
+	}
+}
+
+// A pool whose approvals consumer is gone, and keeps trying to open it
+// again, still stops at once when asked.
+func TestAPoolTryingToReopenItsApprovalsStops(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{retry: 20 * time.Millisecond})
+	deleteConsumer(t, b, journal.StreamApprovals, journal.ConsumerApprovals)
+	// Three tries at the least: the pool is in the loop that opens again.
+	for !strings.Contains(b.logs.String(), `msg="fetch approvals" `) {
+		if t.Context().Err() != nil {
+			t.Fatal("no warning of the approvals the pool could not fetch")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(100 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	if err := b.pool.Stop(ctx); err != nil {
+		t.Fatalf("Stop while the pool opens its approvals again: %v\n%s", err, b.logs.String())
+	}
+}
+
+// deleteConsumer deletes a consumer of stream; restore makes it again as
+// it was.
+func deleteConsumer(t *testing.T, b *bundle, stream, name string) (restore func()) {
 	t.Helper()
-	c, err := b.env.JS.Consumer(t.Context(), journal.StreamWork, journal.ConsumerWorkers)
+	c, err := b.env.JS.Consumer(t.Context(), stream, name)
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg := c.CachedInfo().Config
-	if err := b.env.JS.DeleteConsumer(t.Context(), journal.StreamWork, journal.ConsumerWorkers); err != nil {
+	if err := b.env.JS.DeleteConsumer(t.Context(), stream, name); err != nil {
 		t.Fatal(err)
 	}
 	return func() {
 		t.Helper()
-		if _, err := b.env.JS.CreateConsumer(t.Context(), journal.StreamWork, cfg); err != nil {
+		if _, err := b.env.JS.CreateConsumer(t.Context(), stream, cfg); err != nil {
 			t.Fatal(err)
 		}
 	}
