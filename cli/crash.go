@@ -14,9 +14,10 @@ import (
 // parked, approved, executing, executed, observed, finished, …),
 // before:side_effect (a write claimed, its tool not started),
 // after:side_effect (a write's tool returned, nothing recorded yet),
-// after:idempotency_record (recorded in KV, no executed event yet) and
+// after:idempotency_record (recorded in KV, no executed event yet),
 // before:decision (an approval checked, its decision not yet written to
-// the approval's entry).
+// the approval's entry) and before:load (a task or a wake-up taken, its
+// run not yet read).
 //
 // LOOPGATE_CRASH_AT=freeze:<point> stops the process there instead
 // (SIGSTOP to itself, as a frozen VM or a debugger would): it holds what it

@@ -710,16 +710,6 @@ func appendFailed(err error) (outcome, string) {
 	return failedOn(err)
 }
 
-// failedOn is the outcome of an approval message whose run or entry could
-// not be read or written: held while JetStream cannot take writes at all
-// (see outage), handed back otherwise.
-func failedOn(err error) (outcome, string) {
-	if outage(err) {
-		return unavailable, err.Error()
-	}
-	return retry, ""
-}
-
 func decidedState(d approvals.Decision) string {
 	switch d {
 	case approvals.Approve:

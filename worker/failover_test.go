@@ -3,6 +3,7 @@ package worker_test
 import (
 	"context"
 	"encoding/json"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/loopgate/loopgate/config"
 	"github.com/loopgate/loopgate/events"
 	"github.com/loopgate/loopgate/idempotency"
+	"github.com/loopgate/loopgate/journal"
 	"github.com/loopgate/loopgate/model"
 	"github.com/loopgate/loopgate/tools"
 )
@@ -117,4 +119,45 @@ func (b *bundle) waitEndWithin(runID string, d time.Duration) []events.Event {
 	}
 	b.t.Fatalf("run %s did not end within %s (last read: %v)\nlogs:\n%s", runID, d, lastErr, b.logs.String())
 	return nil
+}
+
+// A run that cannot be read while its cluster has lost quorum (two of
+// three servers down just after the task was taken, back six seconds
+// later) keeps its message, as a write that cannot be stored does, and
+// reads it again once the cluster answers. With one delivery allowed, a
+// read that handed the message back (spent its delivery on the outage)
+// left the task to the poison-message path, which stopped it as an error
+// before it ever started.
+func TestARunIsReadThroughAFailover(t *testing.T) {
+	t.Parallel()
+	var (
+		once sync.Once
+		b    *bundle
+	)
+	answer := model.Response{Output: []byte(`{"final_answer":{"summary":"ok"}}`), Name: "quick"}
+	b = setup(t, options{
+		cluster: true,
+		layout:  journal.Layout{MaxDeliver: 1},
+		agents:  map[string]config.Profile{"quick": profile("lookup_complaints")},
+		scripts: map[string]model.Model{"quick": model.Func(func(context.Context, model.Request) (model.Response, error) { return answer, nil })},
+		crash: func(point string) {
+			if point != "before:load" {
+				return
+			}
+			once.Do(func() {
+				for _, i := range []int{1, 2} {
+					b.cluster.Shutdown(i)
+				}
+				go func() {
+					time.Sleep(6 * time.Second)
+					for _, i := range []int{1, 2} {
+						b.cluster.Restart(t, i)
+					}
+				}()
+			})
+		},
+	})
+	runID := b.submit(task("read-failover-1", "quick"))
+	evs := b.waitEndWithin(runID, 90*time.Second)
+	assertTrail(t, evs, []string{"started", "proposed:final", "finished:done"})
 }

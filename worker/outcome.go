@@ -63,6 +63,19 @@ func classify(err error) outcome {
 	}
 }
 
+// failedOn is the outcome of a message whose run (or approval entry) could
+// not be read or written: held while JetStream cannot take writes or does
+// not answer (see outage), handed back otherwise. A work message handed
+// back for a read that timed out while the cluster elected a leader spent
+// a delivery on it: one that had lost four to worker kills was stopped as
+// a poison message.
+func failedOn(err error) (outcome, string) {
+	if outage(err) {
+		return unavailable, err.Error()
+	}
+	return retry, ""
+}
+
 // outage reports whether err says JetStream cannot take writes now: it
 // says so (StoreUnavailable), or it does not answer (noAnswer). Either
 // lasts as long as JetStream's trouble, whatever the run does, so a message

@@ -573,9 +573,10 @@ func (p *Pool) process(ctx context.Context, msg jetstream.Msg) (outcome, string)
 		return p.reject(ctx, tenant, meta.Sequence.Stream, rej)
 	}
 	runID = events.RunID(task.Tenant, task.TaskID)
+	p.crash("before:load")
 	_, st, last, err := p.readRun(ctx, tenant, runID)
 	if err != nil {
-		return retry, ""
+		return failedOn(err)
 	}
 	if st.Finished != nil || st.Rejection != nil {
 		p.log.InfoContext(ctx, "task already has a run; nothing to do", "run_id", runID, "task_id", task.TaskID)
@@ -646,9 +647,10 @@ func (p *Pool) finished(ctx context.Context, tenant, runID string) bool {
 
 // resume continues a run woken through loopgate.resume.<tenant>.<run_id>.
 func (p *Pool) resume(ctx context.Context, tenant, runID string) (outcome, string) {
+	p.crash("before:load")
 	_, st, last, err := p.readRun(ctx, tenant, runID)
 	if err != nil {
-		return retry, ""
+		return failedOn(err)
 	}
 	if st.Started == nil {
 		return rejected, "no such run"
