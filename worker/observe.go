@@ -118,7 +118,7 @@ func observeDecision(call events.ToolCall, d *events.ApprovedData, m tools.Manif
 // observeReconciled is the observation of an unknown outcome that the
 // tool's reconcile check found took effect.
 func observeReconciled(call events.ToolCall, rec *events.ReconciledData, view tools.View) observation {
-	o := observation{Status: obsOK, Tool: call.Tool, Message: "the call timed out, but " + rec.Via + " confirmed it took effect"}
+	o := observation{Status: obsOK, Tool: call.Tool, Message: "the call's outcome was unknown (it timed out, or its worker stopped), but " + rec.Via + " confirmed it took effect"}
 	if len(rec.Result) > 0 {
 		if data, err := view.Apply(rec.Result); err == nil {
 			o.Data = data

@@ -84,8 +84,9 @@ func (r *run) runWrite(ctx context.Context, a *attempt) (events.ExecutedData, er
 	return out, nil
 }
 
-// lostAttempt says how an attempt whose worker died before recording its
-// end ended, as far as anyone can tell. A read's end is unknown (it is
+// lostAttempt says how an attempt whose end was never recorded ended, as
+// far as anyone can tell: its worker died, or gave the attempt up when
+// JetStream did not answer (a claim that timed out may have been stored). A read's end is unknown (it is
 // run again). A write's is what its idempotency record says: runWrite
 // writes the record in this attempt's name before it starts the tool, so
 // without one the tool never started.
@@ -96,13 +97,13 @@ func (r *run) lostAttempt(ctx context.Context, m tools.Manifest, lost events.Exe
 		return out, nil
 	}
 	if m.Permission != tools.Write {
-		return ended(events.ExecUnknown, "unknown_outcome", "the worker running this attempt stopped before recording its end; the read is run again")
+		return ended(events.ExecUnknown, "unknown_outcome", "this attempt's end was not recorded (its worker stopped, or JetStream did not answer it); the read is run again")
 	}
 	rec, _, err := r.p.idem.Get(ctx, lost.OperationID)
 	switch {
 	case errors.Is(err, jetstream.ErrKeyNotFound) || (err == nil && rec.Attempt < lost.Attempt):
 		return ended(events.ExecTransient, events.DeadlinePassed,
-			fmt.Sprintf("the worker running attempt %d stopped before it started the tool (the operation record never named the attempt); the tool was not run", lost.Attempt))
+			fmt.Sprintf("attempt %d was given up before its tool started (its worker stopped, or JetStream did not answer it: the operation record never named the attempt); the tool was not run", lost.Attempt))
 	case err != nil:
 		return out, err
 	case rec.ArgsHash != lost.ArgsHash:
@@ -115,12 +116,12 @@ func (r *run) lostAttempt(ctx context.Context, m tools.Manifest, lost events.Exe
 		out.Result, out.ResultBytes = rec.Result, rec.ResultBytes
 		return ended(events.ExecOK, "", events.RecordedResultReused)
 	case idempotency.Retryable:
-		return ended(events.ExecTransient, "transient", "the tool failed transiently (the operation record says so); its worker stopped before recording the end")
+		return ended(events.ExecTransient, "transient", "the tool failed transiently (the operation record says so); its end was not recorded")
 	case idempotency.Abandoned:
 		return ended(events.ExecUnknown, "unknown_outcome", "the operation was abandoned by a human")
 	}
 	return ended(events.ExecUnknown, "unknown_outcome",
-		fmt.Sprintf("attempt %d may have taken effect (record: %s); its worker stopped before recording the end; not re-run without reconciliation", lost.Attempt, rec.State))
+		fmt.Sprintf("attempt %d may have taken effect (record: %s); its end was not recorded (its worker stopped, or JetStream did not answer it); not re-run without reconciliation", lost.Attempt, rec.State))
 }
 
 // outcomePatience is how long a worker keeps trying to record an
