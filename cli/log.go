@@ -24,13 +24,25 @@ func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 		if isTerminal(w) {
 			return slog.New(tint.NewHandler(w, &tint.Options{Level: lv, TimeFormat: time.TimeOnly})), nil
 		}
-		return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: lv})), nil
+		return slog.New(slog.NewJSONHandler(w, jsonOptions(lv))), nil
 	case "text":
 		return slog.New(tint.NewHandler(w, &tint.Options{Level: lv, TimeFormat: time.TimeOnly, NoColor: !isTerminal(w)})), nil
 	case "json":
-		return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: lv})), nil
+		return slog.New(slog.NewJSONHandler(w, jsonOptions(lv))), nil
 	}
 	return nil, fmt.Errorf("--log-format %q: want auto, text or json", format)
+}
+
+// jsonOptions writes durations as Go writes them ("2s", "1m30s"), as the
+// flags and the config take them: slog's JSON handler writes nanoseconds
+// ("in":2000000000), which an operator reading a warning has to count.
+func jsonOptions(lv slog.Level) *slog.HandlerOptions {
+	return &slog.HandlerOptions{Level: lv, ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+		if a.Value.Kind() == slog.KindDuration {
+			a.Value = slog.StringValue(a.Value.Duration().String())
+		}
+		return a
+	}}
 }
 
 // syncWriter serialises writes to w: a command that runs a stack writes to
