@@ -177,7 +177,7 @@ func (r *run) wait(ctx context.Context, c *events.CallState) error {
 	// have, and goes on.
 	switch e, _, err := r.p.approvals.Get(ctx, r.st.RunID, c.Call.ID); {
 	case err == nil && !e.Pending() && e.Round == q.Round:
-		r.log.WarnContext(ctx, "decision found in the approval entry, not in the run: recording it", "call_id", c.Call.ID, "decision", e.Decision, "approval_seq", e.DecisionSeq)
+		r.log.InfoContext(ctx, "decision found in the approval entry, not in the run: recording it", "call_id", c.Call.ID, "decision", e.Decision, "approval_seq", e.DecisionSeq)
 		return r.recordEntry(ctx, c, e)
 	case err != nil && !errors.Is(err, approvals.ErrNotFound):
 		return err

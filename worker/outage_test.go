@@ -243,7 +243,7 @@ func TestAnApprovalWaitsOutAFullStore(t *testing.T) {
 	if err := <-toppedUp; err != nil {
 		t.Fatal(err)
 	}
-	waitLogged(t, b, "JetStream cannot store an approval's decision", 5)
+	waitLogged(t, b, "JetStream cannot store or read an approval's decision", 5)
 	if st := pendingEntry(t, b, runID, "s1c1"); !st.Pending() {
 		t.Fatalf("the entry was decided during the outage: %+v", st)
 	}
@@ -283,7 +283,7 @@ func TestADecisionIsHeldUntilTheRunRecordsIt(t *testing.T) {
 	if err := <-limited; err != nil {
 		t.Fatal(err)
 	}
-	waitLogged(t, b, "JetStream cannot store an approval's decision", 5)
+	waitLogged(t, b, "JetStream cannot store or read an approval's decision", 5)
 	assertHeld(t, b, journal.StreamApprovals, journal.ConsumerApprovals, "while the run cannot record it")
 	if err := limitEvents(b, false); err != nil {
 		t.Fatal(err)

@@ -151,10 +151,11 @@ func (p *Pool) patiently(ctx context.Context, log *slog.Logger, what string, wri
 // cannot take writes at all), waiting from the pool's RetryDelay, doubling
 // up to maxOutageDelay, and returns the first other outcome, or stopping
 // when ctx ends first. The caller keeps the message (subject) leased
-// meanwhile; what names what could not be stored, for the log.
+// meanwhile; what names what could not be stored or read, for the log
+// (the cause says which).
 func (p *Pool) waitOutOutage(ctx context.Context, what, subject string, o outcome, reason string, try func() (outcome, string)) (outcome, string) {
 	for delay := p.opts.RetryDelay; o == unavailable; delay = min(2*delay, maxOutageDelay) {
-		p.log.WarnContext(ctx, "JetStream cannot store "+what+"; keeping its message and trying again",
+		p.log.WarnContext(ctx, "JetStream cannot store or read "+what+"; keeping its message and trying again",
 			"subject", subject, "in", delay, "cause", reason)
 		if wait.For(ctx, delay) != nil {
 			return stopping, reason

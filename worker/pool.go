@@ -423,13 +423,13 @@ func (p *Pool) handle(ctx context.Context, msg jetstream.Msg) {
 	go p.heartbeat(hbCtx, msg)
 
 	o, reason := p.processSafely(ctx, msg)
-	// JetStream could not take one of the run's writes (its store is full,
-	// its cluster has no leader): not the run's doing. Handing the message
+	// JetStream could not take one of the run's writes or read the run
+	// (its store is full, its cluster has no leader): not the run's doing. Handing the message
 	// back would spend a delivery per try and stop a healthy run as a
 	// poison message within seconds (a stop that could not be recorded
 	// either). Keep it, heartbeat and all, and try again from the run's
 	// events.
-	o, reason = p.waitOutOutage(ctx, "the run's writes", msg.Subject(), o, reason, func() (outcome, string) {
+	o, reason = p.waitOutOutage(ctx, "the run", msg.Subject(), o, reason, func() (outcome, string) {
 		return p.processSafely(ctx, msg)
 	})
 	stopHeartbeat()
@@ -543,7 +543,8 @@ func (p *Pool) heartbeat(ctx context.Context, msg jetstream.Msg) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if err := msg.InProgress(); err != nil {
+			// Already acknowledged: the run was settled as the tick came.
+			if err := msg.InProgress(); err != nil && !errors.Is(err, jetstream.ErrMsgAlreadyAckd) {
 				p.log.WarnContext(ctx, "heartbeat", "subject", msg.Subject(), "err", err)
 			}
 		}
