@@ -97,8 +97,13 @@ func runBench(ctx context.Context, e env, args []string) int {
 	}
 	rep := benchReport{NATS: nc.ConnectedUrlRedacted(), Tenant: task.Tenant, Agent: task.Agent, Runs: *runs, Concurrency: *conc, Prefix: *prefix, Approver: *approver}
 	if !*asJSON {
+		against := rep.NATS
+		if n := len(strings.Split(*natsURL, ",")); n > 1 {
+			// It follows the others if this one dies.
+			against += fmt.Sprintf(" (connected; %d servers given)", n)
+		}
 		fmt.Fprintf(e.stdout, "loopgate bench: %d runs of %s for %s, %d at once, against %s (task ids %s-1…)\n",
-			*runs, printable(task.Agent), task.Tenant, *conc, rep.NATS, *prefix)
+			*runs, printable(task.Agent), task.Tenant, *conc, against, *prefix)
 	}
 	if *raw {
 		r, err := measureRaw(ctx, js, *conc, *rawFor)

@@ -108,8 +108,11 @@ func TestBenchNamesRunsThatDidNotEndDone(t *testing.T) {
 		!strings.Contains(out, "  +1s  ended 0 of 2 (0.0/s in the last 1s), in flight 2\n") {
 		t.Fatalf("nobody approving: exit %d\n%s\n%s", code, out, errOut)
 	}
-	code, out, errOut = bench(t, srv.url, "--runs", "2", "--agent", "runaway-assistant")
-	if code != exitStopped || !strings.Contains(out, "ended: max_steps 2") || strings.Contains(out, "every run ended done") {
+	// Given a server list, the header says which one it connected to of
+	// how many (one refuses: nothing listens on port 1).
+	code, out, errOut = bench(t, srv.url+",nats://127.0.0.1:1", "--runs", "2", "--agent", "runaway-assistant")
+	if code != exitStopped || !strings.Contains(out, "ended: max_steps 2") || strings.Contains(out, "every run ended done") ||
+		!strings.Contains(out, " (connected; 2 servers given) (task ids") {
 		t.Fatalf("runaway agent: exit %d\n%s\n%s", code, out, errOut)
 	}
 	code, out, errOut = bench(t, srv.url, "--runs", "1", "--agent", "no-such-agent")
