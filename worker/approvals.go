@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/kaptinlin/jsonschema"
@@ -42,7 +43,12 @@ const maxApprovalBytes = 16 << 10
 // turn; but not behind a decision that has taken longer than ackWait (a
 // lane stuck on it): those are left to come back after AckWait, to be
 // decided elsewhere or, once out of deliveries, from the advisory.
-func (p *Pool) consumeApprovals(ctx context.Context, iter jetstream.MessagesContext, lanes int, ackWait time.Duration) {
+//
+// taking ends when the pool stops taking messages (Stop), ctx when its
+// runs are cancelled.
+func (p *Pool) consumeApprovals(ctx, taking context.Context, iter jetstream.MessagesContext, lanes int, ackWait time.Duration) {
+	var stuckAfter atomic.Int64 // the consumer's AckWait, which a consumer made again may change
+	stuckAfter.Store(int64(ackWait))
 	queues := make([]*lane, lanes)
 	var wg sync.WaitGroup
 	for i := range queues {
@@ -63,7 +69,7 @@ func (p *Pool) consumeApprovals(ctx context.Context, iter jetstream.MessagesCont
 				return
 			case <-t.C:
 				for _, l := range queues {
-					l.beat(p.now(), ackWait)
+					l.beat(p.now(), time.Duration(stuckAfter.Load()))
 				}
 			}
 		}
@@ -84,8 +90,12 @@ func (p *Pool) consumeApprovals(ctx context.Context, iter jetstream.MessagesCont
 			// the one error before this said which). Only the first is
 			// an end: otherwise the process would go on taking work and
 			// decide no approval again, and say nothing of it.
-			if iter = p.reopenApprovals(ctx, trouble); iter == nil {
+			var aw time.Duration
+			if iter, aw = p.reopenApprovals(taking, trouble); iter == nil {
 				return
+			}
+			if aw > 0 {
+				stuckAfter.Store(int64(aw))
 			}
 			continue
 		}
@@ -115,32 +125,32 @@ func (p *Pool) openApprovals(ctx context.Context) (jetstream.MessagesContext, ti
 }
 
 // reopenApprovals opens the approvals iterator again after the server
-// ended the last one, every RetryDelay until the consumer answers (an
-// operator deleted it and makes it again, a restore), and makes it the
-// one Stop drains. It returns nil once the pool is stopping or its
-// connection is closed.
-func (p *Pool) reopenApprovals(ctx context.Context, trouble *troubleLog) jetstream.MessagesContext {
-	for !p.stopping() && ctx.Err() == nil {
-		iter, _, err := p.openApprovals(ctx)
+// ended the last one, and makes it the one Stop drains. It waits
+// RetryDelay before each try, the first too: a server that refuses every
+// pull (a bad request) ends each iterator at once, and opening again at
+// once would loop hot. The trouble is over when a message comes, not when
+// the consumer answers. It returns nil once taking is done (the pool
+// stops) or the connection is closed, and the consumer's AckWait.
+func (p *Pool) reopenApprovals(taking context.Context, trouble *troubleLog) (jetstream.MessagesContext, time.Duration) {
+	for wait.For(taking, p.opts.RetryDelay) == nil {
+		iter, ackWait, err := p.openApprovals(taking)
 		switch {
 		case err == nil:
 			p.mu.Lock()
 			if p.stopped {
 				p.mu.Unlock()
 				iter.Stop()
-				return nil
+				return nil, 0
 			}
 			p.approvalIter = iter
 			p.mu.Unlock()
-			trouble.ok(ctx) // the consumer answered
-			return iter
+			return iter, ackWait
 		case errors.Is(err, nats.ErrConnectionClosed) || errors.Is(err, jetstream.ErrConnectionClosed):
-			return nil
+			return nil, 0
 		}
-		trouble.failed(ctx, err)
-		_ = wait.For(ctx, p.opts.RetryDelay)
+		trouble.failed(taking, err)
 	}
-	return nil
+	return nil, 0
 }
 
 // lane is the queue of one approvals lane: messages delivered and waiting

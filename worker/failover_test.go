@@ -75,10 +75,16 @@ func TestAWriteOutcomeIsRecordedThroughAFailover(t *testing.T) {
 // leadIdempotencyFrom makes one of servers lead the idempotency bucket.
 func leadIdempotencyFrom(t *testing.T, b *bundle, servers ...string) {
 	t.Helper()
+	leadFrom(t, b, "KV_loopgate_idempotency", servers...)
+}
+
+// leadFrom makes one of servers lead stream.
+func leadFrom(t *testing.T, b *bundle, stream string, servers ...string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
 	for {
-		st, err := b.env.JS.Stream(ctx, "KV_loopgate_idempotency")
+		st, err := b.env.JS.Stream(ctx, stream)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -90,10 +96,10 @@ func leadIdempotencyFrom(t *testing.T, b *bundle, servers ...string) {
 			}
 		}
 		// Ask the leader to step down; the next may be one of servers.
-		_, _ = b.env.Conn.Request("$JS.API.STREAM.LEADER.STEPDOWN.KV_loopgate_idempotency", nil, 5*time.Second)
+		_, _ = b.env.Conn.Request("$JS.API.STREAM.LEADER.STEPDOWN."+stream, nil, 5*time.Second)
 		select {
 		case <-ctx.Done():
-			t.Fatal("the idempotency bucket's leader never moved")
+			t.Fatalf("the leader of %s never moved", stream)
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
@@ -122,12 +128,14 @@ func (b *bundle) waitEndWithin(runID string, d time.Duration) []events.Event {
 }
 
 // A run that cannot be read while its cluster has lost quorum (two of
-// three servers down just after the task was taken, back six seconds
-// later) keeps its message, as a write that cannot be stored does, and
-// reads it again once the cluster answers. With one delivery allowed, a
-// read that handed the message back (spent its delivery on the outage)
-// left the task to the poison-message path, which stopped it as an error
-// before it ever started.
+// three servers down just after the task was taken, the events stream's
+// leader among them, back six seconds later) keeps its message, as a
+// write that cannot be stored does, and reads it again once the cluster
+// answers. With one delivery allowed, a read that handed the message back
+// (spent its delivery on the outage) left the task to the poison-message
+// path, which stopped it before it ever started. AckWait is long enough
+// for the held delivery to outlast the outage and the elections: the
+// heartbeats sent meanwhile reach no consumer leader.
 func TestARunIsReadThroughAFailover(t *testing.T) {
 	t.Parallel()
 	var (
@@ -137,7 +145,7 @@ func TestARunIsReadThroughAFailover(t *testing.T) {
 	answer := model.Response{Output: []byte(`{"final_answer":{"summary":"ok"}}`), Name: "quick"}
 	b = setup(t, options{
 		cluster: true,
-		layout:  journal.Layout{MaxDeliver: 1},
+		layout:  journal.Layout{MaxDeliver: 1, AckWait: 30 * time.Second},
 		agents:  map[string]config.Profile{"quick": profile("lookup_complaints")},
 		scripts: map[string]model.Model{"quick": model.Func(func(context.Context, model.Request) (model.Response, error) { return answer, nil })},
 		crash: func(point string) {
@@ -157,6 +165,7 @@ func TestARunIsReadThroughAFailover(t *testing.T) {
 			})
 		},
 	})
+	leadFrom(t, b, journal.StreamEvents, "s2", "s3")
 	runID := b.submit(task("read-failover-1", "quick"))
 	evs := b.waitEndWithin(runID, 90*time.Second)
 	assertTrail(t, evs, []string{"started", "proposed:final", "finished:done"})

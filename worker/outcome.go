@@ -69,8 +69,16 @@ func classify(err error) outcome {
 // back for a read that timed out while the cluster elected a leader spent
 // a delivery on it: one that had lost four to worker kills was stopped as
 // a poison message.
+//
+// Cancelled (the pool stopping) is stopping, handed over for another
+// worker: a retry spent a delivery on the shutdown, and on the last one
+// gave the message up with a cancelled context (an approval's decision
+// dropped).
 func failedOn(err error) (outcome, string) {
-	if outage(err) {
+	switch {
+	case errors.Is(err, context.Canceled):
+		return stopping, ""
+	case outage(err):
 		return unavailable, err.Error()
 	}
 	return retry, ""

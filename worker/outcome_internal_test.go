@@ -41,9 +41,15 @@ func TestOnlyAnOutageOfJetStreamHoldsTheMessage(t *testing.T) {
 		{"nobody to answer", fmt.Errorf("get entry: %w", nats.ErrNoResponders), unavailable},
 		{"a request timeout", fmt.Errorf("put: %w", nats.ErrTimeout), unavailable},
 		{"stopping while waiting", fmt.Errorf("%w (while waiting out: %w)", context.Canceled, api(10023)), stopping},
+		{"stopping while reading", fmt.Errorf("journal: load run: %w", context.Canceled), stopping},
 	} {
 		if got := classify(tc.err); got != tc.want {
 			t.Errorf("%s: %v is %s, want %s", tc.name, tc.err, got, tc.want)
+		}
+		// A read or write that failed outside a run's steps (loading
+		// the run, an approval's decision) is judged the same way.
+		if got, _ := failedOn(tc.err); got != tc.want {
+			t.Errorf("%s: failedOn(%v) is %s, want %s", tc.name, tc.err, got, tc.want)
 		}
 	}
 }

@@ -286,7 +286,7 @@ func (p *Pool) Start(ctx context.Context) error {
 	}
 	// Approval messages are decided in as many lanes as there are workers,
 	// each run's in order in its lane (see consumeApprovals).
-	p.wg.Go(func() { p.consumeApprovals(runCtx, aiter, p.opts.Workers, approvalsAckWait) })
+	p.wg.Go(func() { p.consumeApprovals(runCtx, taking, aiter, p.opts.Workers, approvalsAckWait) })
 	p.wg.Go(func() { p.listUnlisted(runCtx) })
 	p.log.InfoContext(ctx, "workers started", "workers", p.opts.Workers)
 	return nil

@@ -102,7 +102,7 @@ func TestAPoolTryingToReopenItsApprovalsStops(t *testing.T) {
 	t.Parallel()
 	b := setup(t, options{retry: 20 * time.Millisecond})
 	deleteConsumer(t, b, journal.StreamApprovals, journal.ConsumerApprovals)
-	// Three tries at the least: the pool is in the loop that opens again.
+	// Warned: the pool is in the loop that opens the iterator again.
 	for !strings.Contains(b.logs.String(), `msg="fetch approvals" `) {
 		if t.Context().Err() != nil {
 			t.Fatal("no warning of the approvals the pool could not fetch")
