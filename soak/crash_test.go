@@ -37,7 +37,7 @@ func (c crashCase) String() string {
 }
 
 // crashCases are the points of LOOPGATE_CRASH_AT, in the order a happy
-// run reaches them: before and after the append of each event type the
+// run reaches them: before its run is read (before:load), before and after the append of each event type the
 // worker writes (approved is appended by the approvals consumer of the
 // same process; before:decision is where it has checked an approval and
 // not yet written the decision to the approval's entry; after:approved is
@@ -55,6 +55,7 @@ func crashCases() []crashCase {
 			cases = append(cases, crashCase{point: p})
 		}
 	}
+	add("before:load") // the task taken, its run not yet read
 	for _, typ := range []events.Type{
 		events.TypeStarted, events.TypeProposed, events.TypeValidated, events.TypeExecuting, events.TypeExecuted,
 		events.TypeObserved, events.TypeApprovalRequested, events.TypeParked, events.TypeApproved,
