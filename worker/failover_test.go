@@ -29,15 +29,7 @@ func TestAWriteOutcomeIsRecordedThroughAFailover(t *testing.T) {
 	var runs atomic.Int32
 	var b *bundle
 	m, fns := ungated("create_ticket", &runs, func(ctx context.Context, c tools.Call) (any, error) {
-		for _, i := range []int{1, 2} {
-			b.cluster.Shutdown(i)
-		}
-		go func() {
-			time.Sleep(6 * time.Second)
-			for _, i := range []int{1, 2} {
-				b.cluster.Restart(t, i)
-			}
-		}()
+		loseQuorumFor(t, b, 6*time.Second)
 		return map[string]string{"ticket": "T-" + c.OperationID[:8]}, nil
 	})
 	// The lease (timeout + 2 s grace) must outlast the outage: 6 s down,
@@ -70,6 +62,20 @@ func TestAWriteOutcomeIsRecordedThroughAFailover(t *testing.T) {
 		raw, _ := json.Marshal(rec)
 		t.Errorf("operation record %s, want completed with the result\n%s", raw, b.logs.String())
 	}
+}
+
+// loseQuorumFor shuts two of the cluster's three servers (s2 and s3)
+// down, and starts them again on their stores after d.
+func loseQuorumFor(t *testing.T, b *bundle, d time.Duration) {
+	for _, i := range []int{1, 2} {
+		b.cluster.Shutdown(i)
+	}
+	go func() {
+		time.Sleep(d)
+		for _, i := range []int{1, 2} {
+			b.cluster.Restart(t, i)
+		}
+	}()
 }
 
 // leadIdempotencyFrom makes one of servers lead the idempotency bucket.
@@ -152,17 +158,7 @@ func TestARunIsReadThroughAFailover(t *testing.T) {
 			if point != "before:load" {
 				return
 			}
-			once.Do(func() {
-				for _, i := range []int{1, 2} {
-					b.cluster.Shutdown(i)
-				}
-				go func() {
-					time.Sleep(6 * time.Second)
-					for _, i := range []int{1, 2} {
-						b.cluster.Restart(t, i)
-					}
-				}()
-			})
+			once.Do(func() { loseQuorumFor(t, b, 6*time.Second) })
 		},
 	})
 	leadFrom(t, b, journal.StreamEvents, "s2", "s3")
