@@ -143,8 +143,7 @@ func (j *Journal) appendBatch(ctx context.Context, lastStreamSeq uint64, evs []e
 		// and only the commit is answered): a fresh batch may succeed.
 		// So does "in process" (see inProcessTries): the batch was
 		// refused whole at its first message's expectation.
-		if try >= batchTries || !isAPIError(err, codeBatchIncomplete, codeBatchTooManyOpen,
-			jetstream.JSErrCodeStreamWrongLastSequenceConstant, codeDuplicateInProcess) {
+		if try >= batchTries || !(isAPIError(err, codeBatchIncomplete, codeBatchTooManyOpen) || inProcess(err)) {
 			break
 		}
 		if werr := wait.For(ctx, time.Duration(try)*batchBackoff); werr != nil {
@@ -288,11 +287,14 @@ func (j *Journal) resolveBatch(ctx context.Context, lastStreamSeq uint64, filter
 				evs[i].Type, evs[i].Seq, e0.RunID, err, cause)
 		}
 		switch {
+		case seq == 0 && i == 0 && inProcess(cause):
+			// Nothing after lastStreamSeq, and an append in flight on a
+			// replicated stream (ours, perhaps): undecided yet.
+			return after, fmt.Errorf("journal: append batch of %d events of run %s/%s: %w: %w", len(evs), e0.Tenant, e0.RunID, ErrInProcess, cause)
 		case seq == 0 && i == 0:
 			// Nothing after lastStreamSeq, yet the server refused: a
 			// Nats-Msg-Id of ours names an event that is not this run's
-			// next (the same run id in another tenant), or an append in
-			// flight on a replicated stream.
+			// next (the same run id in another tenant).
 			return after, &ConflictError{Tenant: e0.Tenant, RunID: e0.RunID, Seq: e0.Seq, Expected: lastStreamSeq, Err: cause}
 		case seq == 0:
 			// A prefix is stored: append the rest after it.

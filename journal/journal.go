@@ -25,6 +25,22 @@ import (
 // are *ConflictError.
 var ErrConflict = errors.New("journal: another writer appended to the run")
 
+// ErrInProcess matches an append the stream refused because a message on
+// the run's subjects, or one with the same Nats-Msg-Id, was still being
+// proposed after several quick tries, while nothing after the expected
+// sequence is stored yet: the publish in process (often this writer's own
+// earlier one, whose ack timed out through a failover, which can take
+// seconds to commit) decides, and it has not. Neither a conflict nor a
+// success: try the same append again later.
+var ErrInProcess = errors.New("journal: an append on the run is still in process")
+
+// inProcess reports whether err is a replicated stream's "ask again":
+// wrong last sequence with no number (10164, nothing was checked) or a
+// duplicate message id in process (10158).
+func inProcess(err error) bool {
+	return isAPIError(err, jetstream.JSErrCodeStreamWrongLastSequenceConstant, codeDuplicateInProcess)
+}
+
 // ConflictError is the error Append and AppendBatch return when the run's last event is
 // not the one it expected. It matches ErrConflict.
 type ConflictError struct {
@@ -244,7 +260,7 @@ func (j *Journal) appendEach(ctx context.Context, lastStreamSeq uint64, evs []ev
 				jetstream.WithMsgID(e.MsgID()),
 				jetstream.WithExpectStream(StreamEvents),
 				jetstream.WithExpectLastSequenceForSubject(last, filter))
-			if try >= inProcessTries || !isAPIError(err, jetstream.JSErrCodeStreamWrongLastSequenceConstant, codeDuplicateInProcess) {
+			if try >= inProcessTries || !inProcess(err) {
 				break
 			}
 			if werr := wait.For(ctx, time.Duration(try)*time.Millisecond); werr != nil {
@@ -277,6 +293,12 @@ func (j *Journal) appendEach(ctx context.Context, lastStreamSeq uint64, evs []ev
 			seq, ours, gerr := j.storedNext(ctx, last, filter, msg)
 			if gerr != nil {
 				return last, fmt.Errorf("journal: append: check conflict on %s event %d of run %s: %w (after %w)", e.Type, e.Seq, runID, gerr, err)
+			}
+			if !ours && seq == 0 && inProcess(err) {
+				// Judged a conflict, the writer gave the run up
+				// (a delivery spent) while its own event was still being
+				// stored: make soak and a failover test saw it.
+				return last, fmt.Errorf("journal: append %s event %d of run %s/%s: %w: %w", e.Type, e.Seq, tenant, runID, ErrInProcess, err)
 			}
 			if !ours {
 				return last, conflict(err)

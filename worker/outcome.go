@@ -88,7 +88,12 @@ func failedOn(err error) (outcome, string) {
 // says so (StoreUnavailable), or it does not answer (noAnswer). Either
 // lasts as long as JetStream's trouble, whatever the run does, so a message
 // is held through it rather than spent on it.
-func outage(err error) bool { return StoreUnavailable(err) || noAnswer(err) }
+//
+// An append still in process after its quick tries (journal.ErrInProcess)
+// is held the same way: its outcome is the stream's to decide, shortly.
+func outage(err error) bool {
+	return StoreUnavailable(err) || noAnswer(err) || errors.Is(err, journal.ErrInProcess)
+}
 
 // noAnswer reports whether err is a JetStream request that got no answer:
 // no reply in time, or nobody to reply. A single server whose disk filled

@@ -42,6 +42,7 @@ func TestOnlyAnOutageOfJetStreamHoldsTheMessage(t *testing.T) {
 		{"a request timeout", fmt.Errorf("put: %w", nats.ErrTimeout), unavailable},
 		{"stopping while waiting", fmt.Errorf("%w (while waiting out: %w)", context.Canceled, api(10023)), stopping},
 		{"stopping while reading", fmt.Errorf("journal: load run: %w", context.Canceled), stopping},
+		{"an append still in process", fmt.Errorf("journal: append started event 1: %w: %w", journal.ErrInProcess, api(10158)), unavailable},
 	} {
 		if got := classify(tc.err); got != tc.want {
 			t.Errorf("%s: %v is %s, want %s", tc.name, tc.err, got, tc.want)
