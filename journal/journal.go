@@ -297,7 +297,8 @@ func (j *Journal) appendEach(ctx context.Context, lastStreamSeq uint64, evs []ev
 			if !ours && seq == 0 && inProcess(err) {
 				// Judged a conflict, the writer gave the run up
 				// (a delivery spent) while its own event was still being
-				// stored: make soak and a failover test saw it.
+				// stored (worker's TestARunIsReadThroughAFailover with
+				// group commit, one run in three).
 				return last, fmt.Errorf("journal: append %s event %d of run %s/%s: %w: %w", e.Type, e.Seq, tenant, runID, ErrInProcess, err)
 			}
 			if !ours {

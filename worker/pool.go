@@ -424,11 +424,11 @@ func (p *Pool) handle(ctx context.Context, msg jetstream.Msg) {
 
 	o, reason := p.processSafely(ctx, msg)
 	// JetStream could not take one of the run's writes or read the run
-	// (its store is full, its cluster has no leader): not the run's doing. Handing the message
-	// back would spend a delivery per try and stop a healthy run as a
-	// poison message within seconds (a stop that could not be recorded
-	// either). Keep it, heartbeat and all, and try again from the run's
-	// events.
+	// (its store is full, its cluster has no leader): not the run's doing.
+	// Handing the message back would spend a delivery per try and stop a
+	// healthy run as a poison message within seconds (a stop that could
+	// not be recorded either). Keep it, heartbeat and all, and try again
+	// from the run's events.
 	o, reason = p.waitOutOutage(ctx, "the run", msg.Subject(), o, reason, func() (outcome, string) {
 		return p.processSafely(ctx, msg)
 	})
