@@ -224,8 +224,13 @@ func printRuns(w io.Writer, recs []listedRun, scope string, limit int, now time.
 	if more := len(recs) - len(shown); more > 0 {
 		fmt.Fprintf(w, "… and %d more (--limit 0 lists every run)\n", more)
 	}
-	behind := func(rs []listedRun) int {
-		return len(slices.DeleteFunc(slices.Clone(rs), func(r listedRun) bool { return r.Projected == "" }))
+	behind := func(rs []listedRun) (n int) {
+		for _, r := range rs {
+			if r.Projected != "" {
+				n++
+			}
+		}
+		return n
 	}
 	if stale := behind(recs); stale > 0 {
 		// The count is of every run matched, the marks only of those

@@ -44,7 +44,7 @@ func TestAWriteOutcomeIsRecordedThroughAFailover(t *testing.T) {
 		agents:  map[string]config.Profile{"ticketer": profile("create_ticket")},
 		scripts: map[string]model.Model{"ticketer": scripted(t, `{"tool_calls":[{"tool":"create_ticket","args":{"n":7}}]}`, `{"final_answer":{"summary":"ok"}}`)},
 	})
-	leadIdempotencyFrom(t, b, "s2", "s3")
+	leadFrom(t, b, "KV_"+journal.BucketIdempotency, "s2", "s3")
 
 	runID := b.submit(task("failover-1", "ticketer"))
 	evs := b.waitEndWithin(runID, 90*time.Second)
@@ -76,12 +76,6 @@ func loseQuorumFor(t *testing.T, b *bundle, d time.Duration) {
 			b.cluster.Restart(t, i)
 		}
 	}()
-}
-
-// leadIdempotencyFrom makes one of servers lead the idempotency bucket.
-func leadIdempotencyFrom(t *testing.T, b *bundle, servers ...string) {
-	t.Helper()
-	leadFrom(t, b, "KV_loopgate_idempotency", servers...)
 }
 
 // leadFrom makes one of servers lead stream.

@@ -82,12 +82,7 @@ func TestAPoolDecidesApprovalsAgainOnceTheirConsumerIsBack(t *testing.T) {
 	b := setup(t, o)
 	runID, q := draftRun(t, b, "reopened-1")
 	restore := deleteConsumer(t, b, journal.StreamApprovals, journal.ConsumerApprovals)
-	for !strings.Contains(b.logs.String(), `msg="fetch approvals" `) {
-		if t.Context().Err() != nil {
-			t.Fatal("no warning of the approvals the pool could not fetch")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitLogged(t, b, `msg="fetch approvals" `, 1)
 	restore()
 	b.publishApproval(runID, "s1c1", q.ArgsHash, "approve", "supervisor@cityops", "ok")
 	assertTrail(t, b.waitEndWithin(runID, 15*time.Second), oneDraftApproved())
@@ -103,12 +98,7 @@ func TestAPoolTryingToReopenItsApprovalsStops(t *testing.T) {
 	b := setup(t, options{retry: 20 * time.Millisecond})
 	deleteConsumer(t, b, journal.StreamApprovals, journal.ConsumerApprovals)
 	// Warned: the pool is in the loop that opens the iterator again.
-	for !strings.Contains(b.logs.String(), `msg="fetch approvals" `) {
-		if t.Context().Err() != nil {
-			t.Fatal("no warning of the approvals the pool could not fetch")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitLogged(t, b, `msg="fetch approvals" `, 1)
 	time.Sleep(100 * time.Millisecond)
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 	defer cancel()
