@@ -2,8 +2,11 @@ package worker_test
 
 import (
 	"encoding/json"
+	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/loopgate/loopgate/events"
 	"github.com/loopgate/loopgate/journal"
@@ -89,4 +92,49 @@ func TestRepublishingATaskYieldsOneRun(t *testing.T) {
 	if files := outboxFiles(t, b.outbox); len(files) != 6 {
 		t.Errorf("outbox has %d drafts, want 3 per run for 2 runs", len(files))
 	}
+}
+
+// A run's own task message, redelivered after its worker died, to a pool
+// whose config now refuses the task at intake (an operator lowered
+// max_input_bytes meanwhile), goes on with the run from the task it
+// started with. Refused as an invalid copy, the message would be
+// terminated and the started run left with nothing to drive it.
+func TestATaskRefusedOnRedeliveryGoesOnWithItsStartedRun(t *testing.T) {
+	t.Parallel()
+	died := make(chan struct{})
+	var crashed atomic.Bool
+	b := setup(t, options{
+		workers: 1,
+		layout:  journal.Layout{AckWait: 500 * time.Millisecond},
+		crash: func(point string) {
+			if point == "after:started" && crashed.CompareAndSwap(false, true) {
+				close(died)
+				runtime.Goexit() // this worker is gone, the task unsettled
+			}
+		},
+	})
+	runID := b.submit(task("refused-on-redelivery", "escalation-assistant"))
+	<-died
+	b.stopPool()
+	b.cfg.Intake.MaxInputBytes = 4 // the task's input is longer
+	b.startPool()
+	b.autoApprove(runID, "supervisor@cityops", "approve", "")
+
+	evs := b.waitEnd(runID)
+	got := trail(t, evs)
+	if got[len(got)-1] != "finished:done" || len(all(evs, events.TypeStarted)) != 1 {
+		t.Fatalf("trail %v, want one started and finished:done", got)
+	}
+	if files := outboxFiles(t, b.outbox); len(files) != 3 {
+		t.Errorf("outbox has %d drafts, want 3", len(files))
+	}
+	if !strings.Contains(b.logs.String(), "task refused at intake names a started run") {
+		t.Errorf("the refusal of the copy was not logged:\n%s", b.logs.String())
+	}
+	// A task that never started is still refused by the new bound.
+	refused := b.submit(task("refused-fresh", "escalation-assistant"))
+	if evs := b.waitEnd(refused); len(evs) != 1 || evs[0].Type != events.TypeRejected {
+		t.Fatalf("a new task over the bound: trail %v, want one rejected event", trail(t, evs))
+	}
+	consumerSettled(t, b, journal.StreamWork, journal.ConsumerWorkers)
 }

@@ -736,6 +736,27 @@ func (p *Pool) driveOnce(ctx context.Context, r *run) error {
 	return err
 }
 
+// refusedCopy settles a task that intake refuses but whose run id already
+// has events. A started run goes on from the task it started with, as a
+// valid copy's would (process): the message may be the run's own,
+// redelivered after its worker died, to a worker whose config now refuses
+// what it once took (a lower max_input_bytes, a role taken away). Dropped,
+// it would leave the run with no message to drive it, running forever.
+// Anything else (a rejection recorded, a finished run) stands.
+func (p *Pool) refusedCopy(ctx context.Context, tenant, runID string, rej *events.RejectedData) (outcome, string) {
+	_, st, _, err := p.readRun(ctx, tenant, runID)
+	if err != nil {
+		return failedOn(err)
+	}
+	if st.Started != nil && st.Finished == nil {
+		p.log.WarnContext(ctx, "task refused at intake names a started run; going on with the task it started with",
+			"run_id", runID, "field", rej.Field, "reason", rej.Reason)
+		return p.resume(ctx, tenant, runID)
+	}
+	p.log.WarnContext(ctx, "invalid task names an existing run; dropped", "run_id", runID, "field", rej.Field, "reason", rej.Reason)
+	return rejected, "invalid copy of an existing task"
+}
+
 // reject records a task that cannot become a run, then terminates its
 // message so it is never redelivered. The rejected event lands on the
 // task's run id when the task carried a usable task_id, otherwise on an id
@@ -756,10 +777,7 @@ func (p *Pool) reject(ctx context.Context, tenant string, streamSeq uint64, rej 
 	}
 	if _, err := p.journal.Append(ctx, 0, e); err != nil {
 		if errors.Is(err, journal.ErrConflict) {
-			// The run id already has events: this message is a bad copy of
-			// a task that exists. The existing run stands.
-			p.log.WarnContext(ctx, "invalid task names an existing run; dropped", "run_id", runID, "field", rej.Field, "reason", rej.Reason)
-			return rejected, "invalid copy of an existing task"
+			return p.refusedCopy(ctx, tenant, runID, rej)
 		}
 		p.log.WarnContext(ctx, "record rejection", "run_id", runID, "err", err)
 		return retry, ""
