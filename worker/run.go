@@ -122,16 +122,13 @@ func (r *run) append(ctx context.Context, typ events.Type, step int, callID, too
 		return r.st.Apply(&e)
 	}
 	r.p.crash("before:" + string(typ))
-	var last uint64
-	err = r.storePatiently(ctx, func() (err error) {
-		last, err = r.p.journal.Append(ctx, r.last, stored)
-		return err
-	})
+	one := []events.Event{stored}
+	last, err := r.store(ctx, one, false)
 	if err != nil {
 		return fmt.Errorf("append %s event %d of run %s: %w", typ, e.Seq, e.RunID, err)
 	}
 	r.p.crash("after:" + string(typ))
-	r.last = last
+	r.last, e.Seq = last, one[0].Seq // after approval records, if it made room
 	return r.st.Apply(&e)
 }
 
@@ -145,24 +142,7 @@ func (r *run) flush(ctx context.Context) error {
 	for _, e := range r.staged {
 		r.p.crash("before:" + string(e.Type))
 	}
-	var last uint64
-	err := r.storePatiently(ctx, func() (err error) {
-		if !r.atomic {
-			last, err = r.p.journal.Append(ctx, r.last, r.staged...)
-			return err
-		}
-		last, err = r.p.journal.AppendBatch(ctx, r.last, r.staged...)
-		if errors.Is(err, journal.ErrBatchRefused) {
-			// Nothing was stored: the stream had too many batches open
-			// (50 by default; a pool busier than that meets the limit) or
-			// lost one. Store the events one by one: every prefix of a
-			// step's events is a state the run resumes from, as without
-			// batching.
-			r.p.warnBatchRefused(ctx, err)
-			last, err = r.p.journal.Append(ctx, r.last, r.staged...)
-		}
-		return err
-	})
+	last, err := r.store(ctx, r.staged, r.atomic)
 	if err != nil {
 		first, n := r.staged[0], len(r.staged)
 		r.staged = nil
