@@ -555,7 +555,10 @@ func (p *Pool) decide(ctx context.Context, msg approvalMsg) (outcome, string) {
 	}, p.now())
 	if class == approvals.RejectExpired && awaiting {
 		if err := r.expire(ctx, c); err != nil && !errors.Is(err, errParked) {
-			return failedOn(err)
+			if errors.Is(err, approvals.ErrLost) {
+				return again, "" // decided meanwhile: decide again from fresh reads
+			}
+			return appendFailed(err)
 		}
 		if err := p.wake(ctx, tenant, runID, wakeID(entry)); err != nil {
 			return failedOn(err)

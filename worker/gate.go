@@ -230,6 +230,9 @@ func (r *run) expire(ctx context.Context, c *events.CallState) error {
 	if err := r.flush(ctx); err != nil {
 		return err
 	}
+	if err := r.p.decideArrivedInTime(ctx, r.task.Tenant, r.st.RunID, c.Call.ID, c.Request.ExpiresAt); err != nil {
+		return err
+	}
 	e, rev, err := r.p.approvals.Get(ctx, r.st.RunID, c.Call.ID)
 	if err != nil {
 		return err
@@ -247,6 +250,53 @@ func (r *run) expire(ctx context.Context, c *events.CallState) error {
 		return err // lost to an approver: redeliver, reload, see their decision
 	}
 	return r.recordEntry(ctx, c, e)
+}
+
+// decideArrivedInTime decides, before a question is expired, the approval
+// messages on its call's subject that reached the stream before it expired
+// and that the run's trail does not record. A decision stored in time
+// decides however long it waits for a handler (approvals.Policy.Received),
+// and the expiry's wake-up can come first: the handler died and the message
+// waits out AckWait for its redelivery, or a slow decision holds its lane.
+// Each is decided as its handler would decide it (decide; the entry's
+// compare-and-set and the conditional appends let one of them record it).
+// One that cannot be decided now is left to its handler, and the expiry
+// goes on: it is what happened before this check.
+func (p *Pool) decideArrivedInTime(ctx context.Context, tenant, runID, callID string, expiresAt time.Time) error {
+	stream, err := p.js.Stream(ctx, journal.StreamApprovals)
+	if err != nil {
+		return err
+	}
+	subject := events.ApprovalSubject(tenant, runID, callID)
+	var trail []events.Event
+	for seq := uint64(1); ; {
+		m, err := stream.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subject))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if !m.Time.Before(expiresAt) {
+			return nil
+		}
+		seq = m.Sequence + 1
+		if trail == nil {
+			if trail, _, err = p.journal.Load(ctx, tenant, runID); err != nil {
+				return err
+			}
+		}
+		if approved, rejected := recorded(trail, m.Sequence); approved || rejected {
+			continue
+		}
+		p.log.InfoContext(ctx, "an approval stored before its question expired is not decided yet; deciding it first",
+			"run_id", runID, "call_id", callID, "approval_seq", m.Sequence, "stored", m.Time)
+		if o, reason := p.decideSafely(ctx, approvalMsg{subject: m.Subject, data: m.Data, seq: m.Sequence, received: m.Time}); o == retry || o == unavailable {
+			p.log.WarnContext(ctx, "could not decide an approval before expiring its question; its handler will",
+				"run_id", runID, "call_id", callID, "approval_seq", m.Sequence, "cause", reason)
+		}
+		trail = nil // the trail has moved on
+	}
 }
 
 // recordEntry appends the decision of a decided entry as the call's

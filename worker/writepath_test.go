@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,6 +18,7 @@ import (
 	"github.com/loopgate/loopgate/config"
 	"github.com/loopgate/loopgate/events"
 	"github.com/loopgate/loopgate/idempotency"
+	"github.com/loopgate/loopgate/journal"
 	"github.com/loopgate/loopgate/model"
 	"github.com/loopgate/loopgate/tools"
 )
@@ -282,6 +284,54 @@ func TestPendingApprovalExpiresAndIsTreatedAsADenial(t *testing.T) {
 	}
 	if ran.Load() != 0 {
 		t.Error("an expired call ran")
+	}
+}
+
+// An approval stored before its question expired decides it, even when
+// the question's expiry comes before any handler decides the message: here
+// the handler dies on it and its redelivery waits out AckWait, long after
+// the expiry. The expiry decides it first, as its handler would have.
+func TestAnApprovalStoredInTimeIsNotBeatenByTheExpiry(t *testing.T) {
+	t.Parallel()
+	m := fakeTool("timely", tools.Write, false)
+	m.ApprovalTTL = events.Duration(2 * time.Second)
+	var ran, died atomic.Int32
+	b := setup(t, options{
+		tools:    []tools.Manifest{m},
+		builtins: tools.Builtins{"timely": func(context.Context, tools.Call) (any, error) { ran.Add(1); return "ok", nil }},
+		roles:    writerRoles("timely"),
+		agents:   map[string]config.Profile{"timely": profile("timely")},
+		scripts:  map[string]model.Model{"timely": scripted(t, `{"tool_calls":[{"tool":"timely","args":{"n":1}}]}`, `{"final_answer":{"summary":"approved in time"}}`)},
+		// The handler's message comes back only after the expiry.
+		layout: journal.Layout{AckWait: 20 * time.Second},
+		crash: func(point string) {
+			if point == "before:decision" && died.Add(1) == 1 {
+				runtime.Goexit() // this handler is gone, its message unsettled
+			}
+		},
+	})
+	runID := b.submit(task("in-time-1", "timely"))
+	b.waitType(runID, events.TypeParked, 1)
+	q := b.waitType(runID, events.TypeApprovalRequested, 1)
+	var req events.ApprovalRequestedData
+	if err := q.Decode(&req); err != nil {
+		t.Fatal(err)
+	}
+	seq := b.publishApproval(runID, q.CallID, req.ArgsHash, "approve", "supervisor@cityops", "in time")
+
+	evs := b.waitEnd(runID)
+	assertTrail(t, evs, []string{
+		"started", "proposed", "validated:ok(timely)", "approval_requested(timely)", "parked",
+		"approved:approve(timely)", "executing(timely)", "executed:ok(timely)", "observed(timely)", "proposed:final", "finished:done",
+	})
+	if d := last[events.ApprovedData](t, evs, events.TypeApproved); d.ApprovalSeq != seq {
+		t.Errorf("approved by message %d, want %d", d.ApprovalSeq, seq)
+	}
+	if died.Load() == 0 {
+		t.Error("the handler did not die on the message: the test did not test the expiry")
+	}
+	if n := ran.Load(); n != 1 {
+		t.Errorf("the approved write ran %d times, want once", n)
 	}
 }
 
