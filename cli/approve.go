@@ -28,6 +28,9 @@ func runDeny(ctx context.Context, e env, args []string) int {
 	return decide(ctx, e, "deny", args)
 }
 
+// nothingSent ends an error met before the decision was published.
+const nothingSent = "nothing was sent: send the decision again once JetStream answers"
+
 // decide is loopgate approve and loopgate deny: it reads the call's pending
 // entry, shows the exact action, publishes the decision bound to the
 // entry's args hash on the call's approvals subject — as any approver
@@ -99,14 +102,14 @@ func decide(ctx context.Context, e env, verb string, args []string) int {
 	defer nc.Close()
 	store, err := openApprovals(ctx, js)
 	if err != nil {
-		return fail(e, "%s: %v", verb, err)
+		return fail(e, "%s: %v\n%s", verb, err, nothingSent)
 	}
 	entry, _, err := store.Get(ctx, runID, callID)
 	if errors.Is(err, approvals.ErrNotFound) {
 		return fail(e, "%s: run %s call %s has no approval request; `loopgate pending` lists the calls waiting for a human", verb, runID, callID)
 	}
 	if err != nil {
-		return fail(e, "%s: %v", verb, err)
+		return fail(e, "%s: read the question: %v\n%s", verb, err, nothingSent)
 	}
 	if !entry.Pending() {
 		when := ""
@@ -252,29 +255,34 @@ func awaitDecision(ctx context.Context, e env, j *journal.Journal, tenant, runID
 			}
 			continue
 		}
-		switch ev.Type {
-		case events.TypeApproved:
-			var d events.ApprovedData
-			if ev.Decode(&d) != nil || d.ApprovalSeq != seq {
-				continue
-			}
+		approved, rejected := decisionOf(ev, seq)
+		switch {
+		case approved != nil:
 			decided = true
-			fmt.Fprintf(e.stdout, "accepted: %s %s by %s; the run goes on:\n", ev.CallID, d.Decision, printable(d.Approver))
+			fmt.Fprintf(e.stdout, "accepted: %s %s by %s; the run goes on:\n", ev.CallID, approved.Decision, printable(approved.Approver))
 			tl.print(ev)
 			timer.Reset(wait)
-		case events.TypeApprovalRejected:
-			var d events.ApprovalRejectedData
-			if ev.Decode(&d) != nil || d.ApprovalSeq != seq {
-				continue
-			}
+		case rejected != nil:
 			tl.print(ev)
-			fmt.Fprintf(e.stdout, "REJECTED (%s): %s\n", d.Class, printable(d.Detail))
-			fmt.Fprintf(e.stderr, "loopgate: %s's decision (%s) on run %s call %s was rejected: %s — %s\n",
-				printable(d.Approver), d.Decision, runID, ev.CallID, d.Class, printable(d.Detail))
-			if d.Class == approvals.RejectUnsigned {
-				fmt.Fprintln(e.stderr, "loopgate: sign it: send it again with --key FILE, the approver's nkey seed (loopgate keys new makes one; the CityOps example's are in examples/cityops/keys)")
+			return reportRejected(e, runID, ev.CallID, rejected)
+		}
+	}
+	if !decided && parent.Err() == nil {
+		// The follow can lag the stream (its consumer on a server still
+		// catching up, a loaded machine): one last look, from the
+		// stream's leader, before saying nothing was recorded.
+		if evs, _, err := j.Load(parent, tenant, runID); err == nil {
+			for _, ev := range evs {
+				switch approved, rejected := decisionOf(ev, seq); {
+				case approved != nil:
+					tl.print(ev)
+					fmt.Fprintf(e.stdout, "accepted: %s %s by %s (follow the run with: loopgate audit %s --follow)\n", ev.CallID, approved.Decision, printable(approved.Approver), runID)
+					return exitOK
+				case rejected != nil:
+					tl.print(ev)
+					return reportRejected(e, runID, ev.CallID, rejected)
+				}
 			}
-			return exitApprovalRejected
 		}
 	}
 	if decided {
@@ -285,4 +293,34 @@ func awaitDecision(ctx context.Context, e env, j *journal.Journal, tenant, runID
 		return fail(e, "follow run %s: %v (the message is stored: approvals seq %d)", runID, err, seq)
 	}
 	return fail(e, "no decision recorded within %s: the message is stored (approvals seq %d) and a worker decides it when one runs; `loopgate audit %s` will show it", wait, seq, runID)
+}
+
+// decisionOf returns what ev records of the approval message with stream
+// sequence seq: the decision it made, or why it decided nothing; both nil
+// for any other event.
+func decisionOf(ev events.Event, seq uint64) (*events.ApprovedData, *events.ApprovalRejectedData) {
+	switch ev.Type {
+	case events.TypeApproved:
+		var d events.ApprovedData
+		if ev.Decode(&d) == nil && d.ApprovalSeq == seq {
+			return &d, nil
+		}
+	case events.TypeApprovalRejected:
+		var d events.ApprovalRejectedData
+		if ev.Decode(&d) == nil && d.ApprovalSeq == seq {
+			return nil, &d
+		}
+	}
+	return nil, nil
+}
+
+// reportRejected says why loopgate decided nothing with the message.
+func reportRejected(e env, runID, callID string, d *events.ApprovalRejectedData) int {
+	fmt.Fprintf(e.stdout, "REJECTED (%s): %s\n", d.Class, printable(d.Detail))
+	fmt.Fprintf(e.stderr, "loopgate: %s's decision (%s) on run %s call %s was rejected: %s — %s\n",
+		printable(d.Approver), d.Decision, runID, callID, d.Class, printable(d.Detail))
+	if d.Class == approvals.RejectUnsigned {
+		fmt.Fprintln(e.stderr, "loopgate: sign it: send it again with --key FILE, the approver's nkey seed (loopgate keys new makes one; the CityOps example's are in examples/cityops/keys)")
+	}
+	return exitApprovalRejected
 }

@@ -11,10 +11,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
 
 	"github.com/loopgate/loopgate/approvals"
 	"github.com/loopgate/loopgate/events"
+	"github.com/loopgate/loopgate/internal/natstest"
 )
 
 // approveWhenParked answers every call run runID parks on with
@@ -414,5 +416,43 @@ func TestApproveDecisionTakesOnlyTheAnswersToAnUnknownOutcome(t *testing.T) {
 	code, out, errOut := run(t, "", "pending", "--nats", srv.url)
 	if code != exitOK || !strings.Contains(out, runID) || !strings.Contains(out, "s3c1") {
 		t.Errorf("s3c1 is no longer pending: exit %d\n%s\n%s", code, out, errOut)
+	}
+}
+
+// A decision the follow of the run did not see in time (its consumer on a
+// lagging server, a loaded machine) is still reported from one last read
+// of the run, not as "no decision recorded". Here the follow has no time
+// at all: the events are stored already.
+func TestApproveReportsADecisionTheFollowMissed(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	ctx := t.Context()
+	const tenant, runID, seq = "cityops", "missed-1", 42
+	approved, _ := events.EncodeData(events.ApprovedData{Decision: "approve", Approver: "supervisor@cityops", ApprovalSeq: seq})
+	rejected, _ := events.EncodeData(events.ApprovalRejectedData{Class: approvals.RejectNotPending, Detail: "already decided", ApprovalSeq: seq + 1})
+	trail := []events.Event{
+		{Type: events.TypeStarted, Data: json.RawMessage(`{}`)},
+		{Type: events.TypeApproved, Step: 1, CallID: "s1c1", Tool: "draft_escalation", Data: approved},
+		{Type: events.TypeApprovalRejected, Step: 1, CallID: "s1c1", Tool: "draft_escalation", Data: rejected},
+	}
+	for i := range trail {
+		trail[i].EventID, trail[i].RunID, trail[i].Tenant, trail[i].Seq, trail[i].Time = uuid.NewString(), runID, tenant, uint64(i+1), time.Now().UTC()
+	}
+	if _, err := srv.Journal.Append(ctx, 0, trail...); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		seq  uint64
+		code int
+		want string
+	}{
+		{seq, exitOK, "accepted: s1c1 approve by supervisor@cityops"},
+		{seq + 1, exitApprovalRejected, "REJECTED (not_pending)"},
+	} {
+		var stdout, stderr bytes.Buffer
+		code := awaitDecision(ctx, env{stdout: &stdout, stderr: &stderr}, srv.Journal, tenant, runID, tc.seq, time.Nanosecond, "")
+		if code != tc.code || !strings.Contains(stdout.String(), tc.want) {
+			t.Errorf("approval seq %d: exit %d, want %d, with %q in stdout:\n%s%s", tc.seq, code, tc.code, tc.want, stdout.String(), stderr.String())
+		}
 	}
 }

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -92,13 +93,21 @@ func expiresIn(t, now time.Time) string {
 // openApprovals opens the approval state bucket of a running loopgate and
 // its index of pending questions (LOOPGATE_PENDING).
 func openApprovals(ctx context.Context, js jetstream.JetStream) (*approvals.Store, error) {
+	// The hints are for a bucket or stream that is not there; any other
+	// error (a cluster electing a leader answers nothing) is JetStream's.
 	kv, err := js.KeyValue(ctx, journal.BucketApprovals)
-	if err != nil {
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		return nil, fmt.Errorf("open bucket %s (does this loopgate have the write path?): %w", journal.BucketApprovals, err)
 	}
-	pending, err := approvals.OpenIndex(ctx, js, journal.StreamPending)
 	if err != nil {
+		return nil, fmt.Errorf("open bucket %s: %w", journal.BucketApprovals, err)
+	}
+	pending, err := approvals.OpenIndex(ctx, js, journal.StreamPending)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		return nil, fmt.Errorf("open stream %s (were the workers upgraded? they create it): %w", journal.StreamPending, err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open stream %s: %w", journal.StreamPending, err)
 	}
 	return approvals.NewStore(kv, pending), nil
 }
