@@ -606,7 +606,11 @@ func (p *Pool) process(ctx context.Context, msg jetstream.Msg) (outcome, string)
 func (p *Pool) readRun(ctx context.Context, tenant, runID string) (evs []events.Event, st *events.RunState, last uint64, err error) {
 	evs, last, err = p.journal.Load(ctx, tenant, runID)
 	if err != nil {
-		p.log.WarnContext(ctx, "load run", "run_id", runID, "err", err)
+		level := slog.LevelWarn
+		if outage(err) {
+			level = slog.LevelDebug // waitOutOutage warns of it, with the cause
+		}
+		p.log.Log(ctx, level, "load run", "run_id", runID, "err", err)
 		return nil, nil, 0, err
 	}
 	st, err = events.Fold(evs)
