@@ -660,13 +660,19 @@ func (p *Pool) resume(ctx context.Context, tenant, runID string) (outcome, strin
 	if st.Started == nil {
 		return rejected, "no such run"
 	}
+	return p.goOn(ctx, st, last)
+}
+
+// goOn continues a started run from its state, as read: a finished one
+// only gets its projection record.
+func (p *Pool) goOn(ctx context.Context, st *events.RunState, last uint64) (outcome, string) {
 	if st.Finished != nil {
 		p.putRun(ctx, st, st.Started.Task, journal.RunFinished) // as in process
 		return settled, ""
 	}
 	r, err := p.newRun(st, last, st.Started.Task, st.Started.Limits)
 	if err != nil {
-		p.log.ErrorContext(ctx, "prepare run", "run_id", runID, "err", err)
+		p.log.ErrorContext(ctx, "prepare run", "run_id", st.RunID, "err", err)
 		return retry, err.Error()
 	}
 	return p.drive(ctx, r)
@@ -748,14 +754,14 @@ func (p *Pool) driveOnce(ctx context.Context, r *run) error {
 // it would leave the run with no message to drive it, running forever.
 // Anything else (a rejection recorded, a finished run) stands.
 func (p *Pool) refusedCopy(ctx context.Context, tenant, runID string, rej *events.RejectedData) (outcome, string) {
-	_, st, _, err := p.readRun(ctx, tenant, runID)
+	_, st, last, err := p.readRun(ctx, tenant, runID)
 	if err != nil {
 		return failedOn(err)
 	}
 	if st.Started != nil && st.Finished == nil {
 		p.log.WarnContext(ctx, "task refused at intake names a started run; going on with the task it started with",
 			"run_id", runID, "field", rej.Field, "reason", rej.Reason)
-		return p.resume(ctx, tenant, runID)
+		return p.goOn(ctx, st, last)
 	}
 	p.log.WarnContext(ctx, "invalid task names an existing run; dropped", "run_id", runID, "field", rej.Field, "reason", rej.Reason)
 	return rejected, "invalid copy of an existing task"
