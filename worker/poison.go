@@ -28,18 +28,24 @@ func (p *Pool) lastDelivery(msg jetstream.Msg) bool {
 }
 
 // giveUp stops the run of msg with reason error, because its last delivery
-// failed too. It returns how to settle msg.
-func (p *Pool) giveUp(ctx context.Context, msg jetstream.Msg, cause string) outcome {
+// failed too. It returns how to settle msg: rejected (terminated) once the
+// stop is recorded, and as failedOn says when it could not be. A message
+// nakked on its last delivery is not delivered again; the max-deliveries
+// advisory, or else the sweep, deals with it (deadLetter).
+func (p *Pool) giveUp(ctx context.Context, msg jetstream.Msg, cause string) (outcome, string) {
 	meta, err := msg.Metadata()
 	if err != nil {
-		return retry
+		return retry, cause
 	}
 	detail := fmt.Sprintf("the work message failed on all %d deliveries; last cause: %s", meta.NumDelivered, cause)
 	if err := p.stopPoisoned(ctx, msg.Subject(), msg.Data(), meta.Sequence.Stream, detail); err != nil {
 		p.log.ErrorContext(ctx, "could not stop a poisoned run", "subject", msg.Subject(), "err", err)
-		return retry
+		if o, reason := failedOn(err); o != retry {
+			return o, reason
+		}
+		return retry, cause
 	}
-	return rejected
+	return rejected, cause
 }
 
 // maxDeliveriesAdvisory is what JetStream publishes when a message exhausts
@@ -123,34 +129,58 @@ func (p *Pool) decideDeadLetter(ctx context.Context, a maxDeliveriesAdvisory) {
 }
 
 // deadLetter stops the run of a message that exhausted its deliveries
-// without any worker settling it, and removes the message.
+// without any worker settling it, and removes the message. The advisory is
+// core NATS and comes once, so what JetStream cannot do now (it does not
+// answer, or cannot store the stop) is tried again, as a run's writes are,
+// until it can or the pool ends: given up, the message would stay in the
+// stream past MaxDeliver, nothing would deliver it again, and its run
+// would look running for ever.
 func (p *Pool) deadLetter(ctx context.Context, a maxDeliveriesAdvisory) {
+	detail := fmt.Sprintf("no worker settled the work message in %d deliveries (a worker crashed or hung on it each time)", a.Deliveries)
+	try := func() (outcome, string) {
+		err := p.bury(ctx, a.StreamSeq, detail)
+		o, reason := failedOn(err)
+		switch {
+		case err == nil:
+			return settled, ""
+		case o == retry:
+			p.log.ErrorContext(ctx, "dead-letter: stop run", "stream_seq", a.StreamSeq, "err", err)
+		}
+		return o, reason
+	}
+	o, reason := try()
+	p.waitOutOutage(ctx, "a work message out of deliveries", fmt.Sprintf("%s seq %d", journal.StreamWork, a.StreamSeq), o, reason, try)
+}
+
+// bury stops the run of the work message at stream seq, out of
+// deliveries, and removes the message once the stop is recorded. A message
+// no longer there was buried by another pool.
+func (p *Pool) bury(ctx context.Context, seq uint64, detail string) error {
 	stream, err := p.js.Stream(ctx, journal.StreamWork)
 	if err != nil {
-		p.log.WarnContext(ctx, "dead-letter: work stream", "err", err)
-		return
+		return fmt.Errorf("work stream: %w", err)
 	}
-	raw, err := stream.GetMsg(ctx, a.StreamSeq)
+	raw, err := stream.GetMsg(ctx, seq)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return // another pool dealt with it
+		return nil
 	}
 	if err != nil {
-		p.log.WarnContext(ctx, "dead-letter: read message", "stream_seq", a.StreamSeq, "err", err)
-		return
+		return fmt.Errorf("read message: %w", err)
 	}
-	detail := fmt.Sprintf("no worker settled the work message in %d deliveries (a worker crashed or hung on it each time)", a.Deliveries)
-	if err := p.stopPoisoned(ctx, raw.Subject, raw.Data, a.StreamSeq, detail); err != nil {
-		p.log.ErrorContext(ctx, "dead-letter: stop run", "stream_seq", a.StreamSeq, "err", err)
-		return
+	if err := p.stopPoisoned(ctx, raw.Subject, raw.Data, seq, detail); err != nil {
+		return err
 	}
-	if err := stream.DeleteMsg(ctx, a.StreamSeq); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
-		p.log.WarnContext(ctx, "dead-letter: remove message", "stream_seq", a.StreamSeq, "err", err)
+	if err := stream.DeleteMsg(ctx, seq); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+		p.log.WarnContext(ctx, "dead-letter: remove message", "stream_seq", seq, "err", err)
 	}
+	return nil
 }
 
 // stopPoisoned records the end of the run a work message belongs to:
 // finished with reason error for a started run, rejected for a task that
-// never started. A run already finished is left alone.
+// never started. A run already finished is left alone. It returns nil only
+// when the run's end is recorded, by this call or before it: the message
+// may then go.
 func (p *Pool) stopPoisoned(ctx context.Context, subject string, data []byte, streamSeq uint64, detail string) error {
 	kind, tenant, runID, err := events.ParseWorkSubject(subject)
 	if err != nil {
@@ -172,10 +202,13 @@ func (p *Pool) stopPoisoned(ctx context.Context, subject string, data []byte, st
 	case st.Finished != nil || st.Rejection != nil:
 		return nil
 	case st.Started == nil:
-		p.reject(ctx, tenant, streamSeq, &events.RejectedData{
+		_, err := p.recordRejection(ctx, tenant, streamSeq, &events.RejectedData{
 			Reason: detail, TaskID: firstTaskID(data), Subject: subject, PayloadExcerpt: excerpt(data),
 		})
-		return nil
+		if errors.Is(err, journal.ErrConflict) {
+			return nil // the run has a trail now: another pool's rejection, or another copy's start
+		}
+		return err // nil only once the rejection is stored: the message may go
 	}
 	err = p.ender(st, last).finish(ctx, stop{events.ReasonError, detail}, nil)
 	if errors.Is(err, journal.ErrConflict) {

@@ -432,14 +432,19 @@ func (p *Pool) handle(ctx context.Context, msg jetstream.Msg) {
 	o, reason = p.waitOutOutage(ctx, "the run", msg.Subject(), o, reason, func() (outcome, string) {
 		return p.processSafely(ctx, msg)
 	})
+	if o == retry && p.lastDelivery(msg) {
+		// The message will not come back: stop its run with the cause
+		// rather than leave it to rot in the stream. The stop is the last
+		// thing the message can record, so it is held through an outage
+		// as the run's writes are.
+		cause := reason
+		giveUp := func() (outcome, string) { return p.giveUp(ctx, msg, cause) }
+		o, reason = giveUp()
+		o, reason = p.waitOutOutage(ctx, "the stop of a poisoned run", msg.Subject(), o, reason, giveUp)
+	}
 	stopHeartbeat()
 	if o == stopping && p.handOver(ctx, msg) {
 		return
-	}
-	if o == retry && p.lastDelivery(msg) {
-		// The message will not come back: stop its run with the cause
-		// rather than leave it to rot in the stream.
-		o = p.giveUp(ctx, msg, reason)
 	}
 	if o == settled && !waits.none() {
 		p.ackAfterProjection(ctx, msg, waits)
@@ -768,30 +773,45 @@ func (p *Pool) refusedCopy(ctx context.Context, tenant, runID string, rej *event
 }
 
 // reject records a task that cannot become a run, then terminates its
-// message so it is never redelivered. The rejected event lands on the
-// task's run id when the task carried a usable task_id, otherwise on an id
-// derived from the message's stream sequence.
+// message so it is never redelivered. A rejection JetStream cannot store
+// now (a full store, a cluster electing) keeps the message as a run's
+// write would (unavailable): handed back, it would spend a delivery per
+// try, and the last one would leave the task with nothing recorded.
 func (p *Pool) reject(ctx context.Context, tenant string, streamSeq uint64, rej *events.RejectedData) (outcome, string) {
+	runID, err := p.recordRejection(ctx, tenant, streamSeq, rej)
+	switch {
+	case errors.Is(err, journal.ErrConflict):
+		return p.refusedCopy(ctx, tenant, runID, rej)
+	case err != nil:
+		o, reason := failedOn(err)
+		if o == retry { // an outage is logged by the wait for its end
+			p.log.WarnContext(ctx, "record rejection", "run_id", runID, "err", err)
+		}
+		return o, reason
+	}
+	p.log.WarnContext(ctx, "task rejected", "run_id", runID, "tenant", tenant, "field", rej.Field, "reason", rej.Reason)
+	return rejected, fmt.Sprintf("rejected: %s: %s", rej.Field, rej.Reason)
+}
+
+// recordRejection appends the rejected event of a task as its run's
+// first event: on the task's run id when the task carried a usable
+// task_id, otherwise on an id derived from the message's stream sequence.
+// It returns that run id, and journal.ErrConflict when the run has events
+// already.
+func (p *Pool) recordRejection(ctx context.Context, tenant string, streamSeq uint64, rej *events.RejectedData) (string, error) {
 	runID := events.RejectedRunID(tenant, streamSeq)
 	if rej.TaskID != "" {
 		runID = events.RunID(tenant, rej.TaskID)
 	}
 	data, err := events.EncodeData(rej)
 	if err != nil {
-		return retry, ""
+		return runID, fmt.Errorf("worker: encode rejection: %w", err)
 	}
 	data, _ = p.redactor.JSON(data)
 	e := events.Event{
 		EventID: p.ids.NewEventID(), RunID: runID, Tenant: tenant, Seq: 1,
 		Type: events.TypeRejected, Time: p.now().UTC(), Data: data,
 	}
-	if _, err := p.journal.Append(ctx, 0, e); err != nil {
-		if errors.Is(err, journal.ErrConflict) {
-			return p.refusedCopy(ctx, tenant, runID, rej)
-		}
-		p.log.WarnContext(ctx, "record rejection", "run_id", runID, "err", err)
-		return retry, ""
-	}
-	p.log.WarnContext(ctx, "task rejected", "run_id", runID, "tenant", tenant, "field", rej.Field, "reason", rej.Reason)
-	return rejected, fmt.Sprintf("rejected: %s: %s", rej.Field, rej.Reason)
+	_, err = p.journal.Append(ctx, 0, e)
+	return runID, err
 }

@@ -1,0 +1,164 @@
+package worker_test
+
+import (
+	"runtime"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/loopgate/loopgate/events"
+	"github.com/loopgate/loopgate/journal"
+)
+
+// A task intake refuses (here: an agent no profile names) while JetStream
+// cannot store its rejection is held as a run's write is, not handed back
+// a delivery at a time: with two deliveries and a 20ms retry it used to be
+// spent in milliseconds, terminated on the last one with nothing recorded,
+// and the task was gone.
+func TestARefusedTaskWaitsOutAFullStore(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{
+		maxFileStore: 8 << 20,
+		layout:       journal.Layout{MaxDeliver: 2},
+		retry:        20 * time.Millisecond,
+		workers:      1,
+	})
+	b.stopPool()
+	runID := b.submit(task("refused-full-1", "no-such-agent"))
+	store := fillStore(t, b.env.JS, 0)
+	if err := store.top(); err != nil {
+		t.Fatal(err)
+	}
+	b.startPool()
+	waitLogged(t, b, "keeping its message and trying again", 3)
+	assertHeld(t, b, journal.StreamWork, journal.ConsumerWorkers, "while the store is full")
+	store.purge(t)
+	evs := b.waitEnd(runID)
+	assertTrail(t, evs, []string{"rejected"})
+	if rej := last[events.RejectedData](t, evs, events.TypeRejected); rej.Field != "/agent" {
+		t.Errorf("rejected on field %q (%s), want /agent", rej.Field, rej.Reason)
+	}
+	waitWorkStreamEmpty(t, b)
+}
+
+// The stop of a task whose last delivery failed too is the last thing its
+// message can record, so it is held through an outage as a run's writes
+// are: a full store when the worker gave up used to leave the rejection
+// unrecorded and terminate the message, and the task was gone.
+func TestTheStopOfAPoisonedTaskWaitsOutAFullStore(t *testing.T) {
+	t.Parallel()
+	var (
+		deliveries atomic.Int32
+		store      *storeFiller
+		full       = make(chan error, 1)
+	)
+	b := setup(t, options{
+		maxFileStore: 8 << 20,
+		layout:       journal.Layout{MaxDeliver: 2},
+		retry:        20 * time.Millisecond,
+		crash: func(point string) {
+			if point != "before:started" {
+				return
+			}
+			if deliveries.Add(1) == 2 {
+				full <- store.top() // the last delivery fails into a full store
+			}
+			panic("worker bug before the run starts")
+		},
+		workers: 1,
+	})
+	store = fillStore(t, b.env.JS, 4)
+	runID := b.submit(task("poison-full-1", "runaway-assistant"))
+	if err := <-full; err != nil {
+		t.Fatal(err)
+	}
+	waitLogged(t, b, "JetStream cannot store or read the stop of a poisoned run", 3)
+	if n := workStreamMsgs(t, b); n != 1 {
+		t.Fatalf("%d messages in the work stream while the stop cannot be stored, want the task kept", n)
+	}
+	store.purge(t)
+	evs := b.waitEnd(runID)
+	assertTrail(t, evs, []string{"rejected"})
+	rej := last[events.RejectedData](t, evs, events.TypeRejected)
+	if !strings.Contains(rej.Reason, "all 2 deliveries") || !strings.Contains(rej.Reason, "worker bug before the run starts") {
+		t.Errorf("rejection reason = %q, want the delivery count and the cause", rej.Reason)
+	}
+	if n := deliveries.Load(); n != 2 {
+		t.Errorf("%d deliveries, want 2 (MaxDeliver)", n)
+	}
+	waitWorkStreamEmpty(t, b)
+}
+
+// A task whose workers die on it before it starts is dead-lettered on the
+// max-deliveries advisory. When the rejection cannot be stored then (a
+// full store), the message stays and the pool tries again until it can:
+// the advisory does not come again. The message used to be deleted with
+// nothing recorded, and the task was gone.
+func TestADeadLetterWaitsOutAFullStore(t *testing.T) {
+	t.Parallel()
+	var (
+		deaths atomic.Int32
+		store  *storeFiller
+		full   = make(chan error, 1)
+	)
+	b := setup(t, options{
+		maxFileStore: 8 << 20,
+		layout:       journal.Layout{MaxDeliver: 2, AckWait: 300 * time.Millisecond},
+		retry:        20 * time.Millisecond,
+		crash: func(point string) {
+			if point != "before:started" {
+				return
+			}
+			switch deaths.Add(1) {
+			case 1:
+				runtime.Goexit() // the worker's process died on the task
+			case 2:
+				full <- store.top()
+				runtime.Goexit()
+			}
+		},
+		workers: 3,
+	})
+	store = fillStore(t, b.env.JS, 4)
+	runID := b.submit(task("dead-letter-full-1", "runaway-assistant"))
+	if err := <-full; err != nil {
+		t.Fatal(err)
+	}
+	waitLogged(t, b, "JetStream cannot store or read a work message out of deliveries", 3)
+	if n := workStreamMsgs(t, b); n != 1 {
+		t.Fatalf("%d messages in the work stream while the rejection cannot be stored, want the task kept", n)
+	}
+	store.purge(t)
+	evs := b.waitEnd(runID)
+	assertTrail(t, evs, []string{"rejected"})
+	rej := last[events.RejectedData](t, evs, events.TypeRejected)
+	if !strings.Contains(rej.Reason, "in 2 deliveries") || rej.TaskID != "dead-letter-full-1" {
+		t.Errorf("rejected %+v, want the task's id and its deliveries", rej)
+	}
+	waitWorkStreamEmpty(t, b)
+	if n := deaths.Load(); n != 2 {
+		t.Errorf("%d workers died on the task, want 2 (MaxDeliver)", n)
+	}
+}
+
+func workStreamMsgs(t *testing.T, b *bundle) uint64 {
+	t.Helper()
+	s, err := b.env.JS.Stream(t.Context(), journal.StreamWork)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s.CachedInfo().State.Msgs
+}
+
+// waitWorkStreamEmpty waits until the work stream holds no message.
+func waitWorkStreamEmpty(t *testing.T, b *bundle) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for workStreamMsgs(t, b) != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the work stream still holds the message")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
