@@ -449,7 +449,10 @@ func (r *run) invoke(ctx context.Context, a *attempt) (events.ExecutedData, erro
 	if !r.p.now().Before(a.ex.Deadline) {
 		// The attempt's deadline passed before its tool started: this
 		// worker was stopped or starved (a frozen VM, a SIGSTOP, a long
-		// pause) past the lease its executing event announced, and
+		// pause), or waited that long for its executing event to be
+		// stored (a cluster's failover: the append's acknowledgement
+		// timed out and it was tried again), past the lease that event
+		// announced, and
 		// another worker may own the call by now. Starting the tool late
 		// could repeat what that worker does; not starting it is known to
 		// have done nothing, so the call is retried as a new attempt.
@@ -458,7 +461,7 @@ func (r *run) invoke(ctx context.Context, a *attempt) (events.ExecutedData, erro
 		return events.ExecutedData{
 			Status: events.ExecTransient, ErrorClass: events.DeadlinePassed,
 			OperationID: a.ex.OperationID, Attempt: a.ex.Attempt,
-			Message: "the attempt's deadline passed before the tool started (its worker was paused or starved); the tool was not run",
+			Message: "the attempt's deadline passed before the tool started (its worker was paused or starved, or waited that long for JetStream to store its executing event); the tool was not run",
 		}, nil
 	}
 	cctx, cancel := context.WithDeadline(ctx, a.ex.Deadline)
