@@ -702,6 +702,14 @@ func (p *Pool) failed(ctx context.Context, r *run, err error) (outcome, string) 
 	}
 	o := classify(err)
 	switch {
+	case errors.Is(err, journal.ErrConflict):
+		// Another writer kept appending first, past maxReloads: a second
+		// driver of the run (its wake-up and an approval's continuation
+		// in one process after a restart, or another worker), which goes
+		// on with it. Nothing is wrong; the message comes back to whoever
+		// is left.
+		r.log.InfoContext(ctx, "run interrupted: another writer is driving it; its message is handed back", "err", err)
+		return o, err.Error()
 	case err != nil && o == retry:
 		r.log.WarnContext(ctx, "run interrupted; it will be continued from its events", "err", err)
 		return o, err.Error()
