@@ -38,6 +38,10 @@ type bundle struct {
 
 	pool      *worker.Pool
 	journal   *journal.Journal // the last pool's (env.Journal unless the options give pools their own)
+	// nextCrash, when set, is the next pool's fault-injection hook
+	// instead of the options' (then cleared): a test of two pools that
+	// each do their own thing.
+	nextCrash func(string)
 	startPool func()
 	newPool   func() *worker.Pool // another pool on the same server, as another process
 }
@@ -144,6 +148,10 @@ func setup(t testing.TB, o options) *bundle {
 	}
 	log := slog.New(slog.NewTextHandler(b.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	b.newPool = func() *worker.Pool {
+		crash := o.crash
+		if b.nextCrash != nil {
+			crash, b.nextCrash = b.nextCrash, nil
+		}
 		poolJS, poolJournal := env.JS, env.Journal // as they are now: restart replaces them
 		if o.apiTimeout > 0 {
 			js, err := jetstream.New(env.Conn, jetstream.WithDefaultTimeout(o.apiTimeout))
@@ -175,7 +183,7 @@ func setup(t testing.TB, o options) *bundle {
 			poolJournal = j
 		}
 		pool, err := worker.New(worker.Deps{JS: poolJS, Journal: poolJournal, App: cfg, Registry: reg, Models: models},
-			&worker.Config{Workers: cmp.Or(o.workers, 2), Logger: log, TransientBackoff: 10 * time.Millisecond, Crash: o.crash, RetryDelay: o.retry, Clock: o.clock,
+			&worker.Config{Workers: cmp.Or(o.workers, 2), Logger: log, TransientBackoff: 10 * time.Millisecond, Crash: crash, RetryDelay: o.retry, Clock: o.clock,
 				// LOOPGATE_TEST_BATCH=1 runs every scenario with a step's
 				// events appended in atomic batches, as on a cluster.
 				BatchEvents: o.batch || os.Getenv("LOOPGATE_TEST_BATCH") == "1",

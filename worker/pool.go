@@ -705,10 +705,19 @@ func (p *Pool) failed(ctx context.Context, r *run, err error) (outcome, string) 
 	case errors.Is(err, journal.ErrConflict):
 		// Another writer kept appending first, past maxReloads: a second
 		// driver of the run (its wake-up and an approval's continuation
-		// in one process after a restart, or another worker), which goes
-		// on with it. Nothing is wrong; the message comes back to whoever
-		// is left.
-		r.log.InfoContext(ctx, "run interrupted: another writer is driving it; its message is handed back", "err", err)
+		// in one process after a restart, or another worker). Nothing is
+		// wrong, and handing the message back would spend one of its
+		// deliveries on a healthy run; on its last, the worker would stop
+		// the run as a poison message under the writer driving it. The
+		// message is settled, and a wake-up looks at the run again
+		// shortly, in case that writer stops first.
+		at := p.now().Add(p.opts.RetryDelay)
+		serr := p.scheduleWake(ctx, r.task.Tenant, r.st.RunID, contendedKey, at)
+		if serr == nil {
+			r.log.InfoContext(ctx, "run contended: another writer is driving it; looking again shortly", "at", at, "err", err)
+			return settled, ""
+		}
+		r.log.WarnContext(ctx, "run interrupted; it will be continued from its events", "err", err, "schedule_err", serr)
 		return o, err.Error()
 	case err != nil && o == retry:
 		r.log.WarnContext(ctx, "run interrupted; it will be continued from its events", "err", err)
@@ -718,6 +727,10 @@ func (p *Pool) failed(ctx context.Context, r *run, err error) (outcome, string) 
 	}
 	return o, ""
 }
+
+// contendedKey names the schedule of a contended run's wake-up (see
+// failed); call ids are s<step>c<n>, so it is no call's.
+const contendedKey = "contended"
 
 // maxReloads bounds how often a worker that lost an append race reloads the
 // run and goes on before handing the message back.
