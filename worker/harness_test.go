@@ -36,8 +36,8 @@ type bundle struct {
 
 	cluster *natstest.Cluster // with options.cluster
 
-	pool      *worker.Pool
-	journal   *journal.Journal // the last pool's (env.Journal unless the options give pools their own)
+	pool    *worker.Pool
+	journal *journal.Journal // the last pool's (env.Journal unless the options give pools their own)
 	// nextCrash, when set, is the next pool's fault-injection hook
 	// instead of the options' (then cleared): a test of two pools that
 	// each do their own thing.
