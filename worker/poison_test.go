@@ -66,23 +66,7 @@ func TestATaskThatKillsItsWorkersIsDeadLettered(t *testing.T) {
 	if !strings.Contains(fin.Detail, "2 deliveries") {
 		t.Errorf("finished detail = %q", fin.Detail)
 	}
-	// The message is gone from the work queue.
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-	defer cancel()
-	for {
-		s, err := b.env.JS.Stream(ctx, journal.StreamWork)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if n := s.CachedInfo().State.Msgs; n == 0 {
-			break
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatal("the poisoned message stayed in the work stream")
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
+	waitWorkStreamEmpty(t, b) // the message is gone from the work queue
 }
 
 // An operator removes an agent profile while one of its runs is parked.
