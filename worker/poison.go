@@ -31,7 +31,7 @@ func (p *Pool) lastDelivery(msg jetstream.Msg) bool {
 // failed too. It returns how to settle msg: rejected (terminated) once the
 // stop is recorded, and as failedOn says when it could not be. A message
 // nakked on its last delivery is not delivered again; the max-deliveries
-// advisory, or else the sweep, deals with it (deadLetter).
+// advisory deals with it (deadLetter).
 func (p *Pool) giveUp(ctx context.Context, msg jetstream.Msg, cause string) (outcome, string) {
 	meta, err := msg.Metadata()
 	if err != nil {
