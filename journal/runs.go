@@ -56,6 +56,15 @@ func (j *Journal) PutRun(ctx context.Context, r RunRecord) error {
 		if err != nil || !ok {
 			return err
 		}
+		if try > 1 && m.Header.Get(jetstream.ExpectedLastSubjSeqHeader) == "0" {
+			// No record, yet the write as a first one was refused: the
+			// key's last message is a delete or purge marker (an operator
+			// ran nats kv del), which a first write must name too, or the
+			// run's record could never be written again.
+			if err := j.afterMarker(ctx, m); err != nil {
+				return fmt.Errorf("journal: put run %s.%s: %w", r.Tenant, r.RunID, err)
+			}
+		}
 		_, err = j.js.PublishMsg(ctx, m)
 		if err == nil {
 			return nil
@@ -72,6 +81,26 @@ func (j *Journal) PutRun(ctx context.Context, r RunRecord) error {
 		}
 	}
 	return fmt.Errorf("journal: put run %s.%s: still contended after %d attempts", r.Tenant, r.RunID, attempts)
+}
+
+// afterMarker makes m, a first write of a runs record, conditional on the
+// delete or purge marker its key's subject ends with, if any.
+func (j *Journal) afterMarker(ctx context.Context, m *nats.Msg) error {
+	st, err := j.js.Stream(ctx, "KV_"+BucketRuns)
+	if err != nil {
+		return err
+	}
+	last, err := st.GetLastMsgForSubject(ctx, m.Subject)
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		return nil // no marker: the refusal was another writer's first record
+	case err != nil:
+		return err
+	case last.Header.Get("KV-Operation") == "":
+		return nil // a record now: the next read finds it
+	}
+	m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(last.Sequence, 10))
+	return nil
 }
 
 func (j *Journal) runsBucket(ctx context.Context) (jetstream.KeyValue, error) {

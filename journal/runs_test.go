@@ -239,3 +239,35 @@ func TestPutRunsHandsBackWhatTheBucketDidNotTake(t *testing.T) {
 		t.Errorf("after the second attempt the bucket lists %+v (%v), want the 3 records", got, err)
 	}
 }
+
+// A record whose key an operator deleted (nats kv del) is written again by
+// the run's next update: the delete marker left on the key's subject made
+// every write as a first record fail its expected sequence, and the run
+// was missing from the projection for good.
+func TestPutRunWritesAgainAfterTheKeyWasDeleted(t *testing.T) {
+	t.Parallel()
+	env := natstest.Start(t)
+	ctx := t.Context()
+	kv, err := env.JS.KeyValue(ctx, journal.BucketRuns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for id, remove := range map[string]func(string) error{
+		"deleted": func(key string) error { return kv.Delete(ctx, key) },
+		"purged":  func(key string) error { return kv.Purge(ctx, key) },
+	} {
+		if err := env.Journal.PutRun(ctx, runRecord(id, 4)); err != nil {
+			t.Fatal(err)
+		}
+		if err := remove("acme." + id); err != nil {
+			t.Fatal(err)
+		}
+		if err := env.Journal.PutRun(ctx, runRecord(id, 9)); err != nil {
+			t.Fatalf("put after the key was removed: %v", err)
+		}
+		got, ok, err := env.Journal.Run(ctx, "acme", id)
+		if err != nil || !ok || got.LastSeq != 9 {
+			t.Errorf("record after the key was removed: %+v, %v, %v; want last seq 9", got, ok, err)
+		}
+	}
+}
