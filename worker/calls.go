@@ -452,10 +452,10 @@ func (r *run) invoke(ctx context.Context, a *attempt) (events.ExecutedData, erro
 		// pause), or waited that long for its executing event to be
 		// stored (a cluster's failover: the append's acknowledgement
 		// timed out and it was tried again), past the lease that event
-		// announced, and
-		// another worker may own the call by now. Starting the tool late
-		// could repeat what that worker does; not starting it is known to
-		// have done nothing, so the call is retried as a new attempt.
+		// announced, and another worker may own the call by now.
+		// Starting the tool late could repeat what that worker does; not
+		// starting it is known to have done nothing, so the call is
+		// retried as a new attempt.
 		r.log.WarnContext(ctx, "attempt's deadline passed before its tool started; not run",
 			"call_id", a.c.Call.ID, "tool", a.c.Call.Tool, "attempt", a.ex.Attempt, "deadline", a.ex.Deadline)
 		return events.ExecutedData{
