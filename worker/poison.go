@@ -139,11 +139,11 @@ func (p *Pool) deadLetter(ctx context.Context, a maxDeliveriesAdvisory) {
 	detail := fmt.Sprintf("no worker settled the work message in %d deliveries (a worker crashed or hung on it each time)", a.Deliveries)
 	try := func() (outcome, string) {
 		err := p.bury(ctx, a.StreamSeq, detail)
-		o, reason := failedOn(err)
-		switch {
-		case err == nil:
+		if err == nil {
 			return settled, ""
-		case o == retry:
+		}
+		o, reason := failedOn(err)
+		if o == retry { // an outage is logged by the wait for its end
 			p.log.ErrorContext(ctx, "dead-letter: stop run", "stream_seq", a.StreamSeq, "err", err)
 		}
 		return o, reason
