@@ -1,13 +1,16 @@
 package journal_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/loopgate/loopgate/events"
 	"github.com/loopgate/loopgate/internal/natstest"
+	"github.com/loopgate/loopgate/internal/wait"
 	"github.com/loopgate/loopgate/journal"
 )
 
@@ -15,7 +18,8 @@ import (
 // single refusal: the leader's "subject in process" answer to an append
 // that follows the writer's previous one too closely is asked again, not
 // reported as a conflict. Two writers racing on one run still see exactly
-// one winner per event, and the loser a conflict.
+// one winner per event, and the loser a conflict once the stream has
+// decided (an answer "still in process" is asked again, as a worker does).
 func TestReplicatedAppends(t *testing.T) {
 	t.Parallel()
 	c := natstest.StartCluster(t)
@@ -59,7 +63,7 @@ func TestReplicatedAppends(t *testing.T) {
 			)
 			for range 2 {
 				wg.Go(func() {
-					s, err := j.Append(ctx, last, ev("acme", "raced", seq, events.TypeProposed))
+					s, err := appendDecided(ctx, j, last, ev("acme", "raced", seq, events.TypeProposed))
 					if err != nil {
 						lost <- err
 						return
@@ -85,6 +89,22 @@ func TestReplicatedAppends(t *testing.T) {
 			t.Fatalf("Load = %d events, %v; want 20", len(evs), err)
 		}
 	})
+}
+
+// appendDecided appends e as a worker does: an answer "still in process"
+// (the other writer's publish is being proposed and has not committed) is
+// neither a win nor a loss, so the same append is asked again until the
+// stream decides.
+func appendDecided(ctx context.Context, j *journal.Journal, last uint64, e events.Event) (uint64, error) {
+	for {
+		s, err := j.Append(ctx, last, e)
+		if !errors.Is(err, journal.ErrInProcess) {
+			return s, err
+		}
+		if werr := wait.For(ctx, 10*time.Millisecond); werr != nil {
+			return 0, fmt.Errorf("%w (after %w)", werr, err)
+		}
+	}
 }
 
 // Group commit on a replicated stream (an operator's --group-commit on
