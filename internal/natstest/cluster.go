@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/url"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -66,6 +67,10 @@ type ClusterOptions struct {
 	// JetStream, as a server that has not joined the JetStream cluster
 	// yet; Restart starts them with it.
 	JetStreamOff []int
+
+	// routePorts picks the servers' route ports for an attempt (from 1);
+	// nil: freePorts. A test of the retry hands out a taken one.
+	routePorts func(attempt int) ([]int, error)
 }
 
 // StartCluster is StartClusterWith the default options.
@@ -81,62 +86,28 @@ func StartClusterWith(t testing.TB, o ClusterOptions) *Cluster {
 	t.Helper()
 	o.Layout.Replicas = 3
 	o.Layout.AckWait = cmp.Or(o.Layout.AckWait, 5*time.Second)
-	opts := func(i int, port int, routes []*url.URL, store string) *server.Options {
-		so := &server.Options{
-			ServerName: fmt.Sprintf("s%d", i+1), Host: "127.0.0.1", Port: server.RANDOM_PORT,
-			JetStream: true, StoreDir: store, NoSigs: true,
-			Cluster: server.ClusterOpts{Name: "natstest", Host: "127.0.0.1", Port: port},
-			Routes:  routes,
-			// As deploy/nats-cluster.conf: a pool's step batches are
-			// not refused for being more than 50 open at once.
-			JetStreamLimits: server.JSLimitOpts{MaxBatchInflightPerStream: 1000},
-		}
-		switch o.SyncInterval {
-		case "always":
-			so.SyncAlways = true
-		case "":
-			so.SyncInterval = 2 * time.Minute
-		default:
-			d, err := time.ParseDuration(o.SyncInterval)
-			if err != nil {
-				t.Fatalf("natstest: cluster: sync interval: %v", err)
-			}
-			so.SyncInterval = d
-		}
-		return so
+	opts := clusterServerOptions(t, o)
+
+	// The route ports are picked free and then closed, so another server
+	// of a parallel test can take one before ours listens on it: then the
+	// cluster starts again on other ports.
+	pick := o.routePorts
+	if pick == nil {
+		pick = freePorts
 	}
-	const n = 3
-	ports := make([]int, n)
-	for i := range ports {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+	var c *Cluster
+	for attempt := 1; ; attempt++ {
+		ports, err := pick(attempt)
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("natstest: cluster: route ports: %v", err)
 		}
-		ports[i] = l.Addr().(*net.TCPAddr).Port
-		_ = l.Close()
-	}
-	var routes []*url.URL
-	for _, p := range ports {
-		routes = append(routes, &url.URL{Scheme: "nats", Host: fmt.Sprintf("127.0.0.1:%d", p)})
-	}
-	c := &Cluster{}
-	for i := range n {
-		store := t.TempDir()
-		c.options = append(c.options, func() *server.Options { return opts(i, ports[i], routes, store) })
-		so := c.options[i]()
-		so.JetStream = !slices.Contains(o.JetStreamOff, i)
-		s, err := server.NewServer(so)
-		if err != nil {
-			t.Fatalf("natstest: cluster: %v", err)
+		if c, err = startServers(t, o, ports, opts); err == nil {
+			break
 		}
-		s.Start()
-		t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
-		c.Servers = append(c.Servers, s)
-	}
-	for _, s := range c.Servers {
-		if !s.ReadyForConnections(10 * time.Second) {
-			t.Fatalf("natstest: cluster: server %s not ready", s.Name())
+		if attempt == clusterStartTries {
+			t.Fatalf("natstest: cluster: %v (%d attempts)", err, attempt)
 		}
+		t.Logf("natstest: cluster: %v; starting again on other ports", err)
 	}
 	nc, err := nats.Connect("", nats.InProcessServer(c.Servers[0]))
 	if err != nil {
@@ -165,6 +136,127 @@ func StartClusterWith(t testing.TB, o ClusterOptions) *Cluster {
 		time.Sleep(250 * time.Millisecond)
 	}
 }
+
+// clusterServerOptions returns how server i of the cluster is configured.
+func clusterServerOptions(t testing.TB, o ClusterOptions) func(i, port int, routes []*url.URL, store string) *server.Options {
+	return func(i, port int, routes []*url.URL, store string) *server.Options {
+		so := &server.Options{
+			ServerName: fmt.Sprintf("s%d", i+1), Host: "127.0.0.1", Port: server.RANDOM_PORT,
+			JetStream: true, StoreDir: store, NoSigs: true,
+			Cluster: server.ClusterOpts{Name: "natstest", Host: "127.0.0.1", Port: port},
+			Routes:  routes,
+			// As deploy/nats-cluster.conf: a pool's step batches are
+			// not refused for being more than 50 open at once.
+			JetStreamLimits: server.JSLimitOpts{MaxBatchInflightPerStream: 1000},
+		}
+		switch o.SyncInterval {
+		case "always":
+			so.SyncAlways = true
+		case "":
+			so.SyncInterval = 2 * time.Minute
+		default:
+			d, err := time.ParseDuration(o.SyncInterval)
+			if err != nil {
+				t.Fatalf("natstest: cluster: sync interval: %v", err)
+			}
+			so.SyncInterval = d
+		}
+		return so
+	}
+}
+
+// clusterStartTries bounds the starts of a cluster whose route port was
+// taken.
+const clusterStartTries = 3
+
+// startServers starts the three servers on route ports free a moment ago
+// and waits until each listens. A server that cannot (its port taken
+// since) fails the attempt at once, with every server of it shut down.
+func startServers(t testing.TB, o ClusterOptions, ports []int, opts func(i, port int, routes []*url.URL, store string) *server.Options) (*Cluster, error) {
+	var routes []*url.URL
+	for _, p := range ports {
+		routes = append(routes, &url.URL{Scheme: "nats", Host: fmt.Sprintf("127.0.0.1:%d", p)})
+	}
+	c := &Cluster{}
+	shutdown := func() {
+		for _, s := range c.Servers {
+			s.Shutdown()
+			s.WaitForShutdown()
+		}
+	}
+	fatal := &fatalLog{}
+	for i := range ports {
+		store := t.TempDir()
+		c.options = append(c.options, func() *server.Options { return opts(i, ports[i], routes, store) })
+		so := c.options[i]()
+		so.JetStream = !slices.Contains(o.JetStreamOff, i)
+		s, err := server.NewServer(so)
+		if err != nil {
+			shutdown()
+			return nil, err
+		}
+		s.SetLogger(fatal, false, false)
+		s.Start()
+		t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+		c.Servers = append(c.Servers, s)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for _, s := range c.Servers {
+		for !s.ReadyForConnections(50 * time.Millisecond) {
+			if msg := fatal.first(); msg != "" {
+				shutdown()
+				return nil, fmt.Errorf("server %s: %s", s.Name(), msg)
+			}
+			if time.Now().After(deadline) {
+				shutdown()
+				return nil, fmt.Errorf("server %s not ready", s.Name())
+			}
+		}
+	}
+	return c, nil
+}
+
+// freePorts returns three loopback ports free a moment ago.
+func freePorts(int) ([]int, error) {
+	ports := make([]int, 3)
+	for i := range ports {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		ports[i] = l.Addr().(*net.TCPAddr).Port
+		_ = l.Close()
+	}
+	return ports, nil
+}
+
+// fatalLog is the cluster servers' logger: it keeps only the first fatal
+// error (such as a route port taken), which a server without a logger
+// would not say.
+type fatalLog struct {
+	mu  sync.Mutex
+	msg string
+}
+
+func (l *fatalLog) Fatalf(format string, v ...any) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.msg == "" {
+		l.msg = fmt.Sprintf(format, v...)
+	}
+}
+
+func (l *fatalLog) first() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.msg
+}
+
+func (*fatalLog) Noticef(string, ...any) {}
+func (*fatalLog) Warnf(string, ...any)   {}
+func (*fatalLog) Errorf(string, ...any)  {}
+func (*fatalLog) Debugf(string, ...any)  {}
+func (*fatalLog) Tracef(string, ...any)  {}
 
 // Topologies names the two a behaviour that must hold on both is tested
 // on, for StartTopology.
