@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -159,28 +160,69 @@ type server struct {
 
 func startServe(t *testing.T, dataDir string, flags ...string) *server {
 	t.Helper()
+	return launchServe(t, func(addr string) []string {
+		return append([]string{"serve", "--config", "../examples/cityops/loopgate.yaml", "--listen", addr,
+			"--data", dataDir, "--workers", "2", "--log-format", "json"}, flags...)
+	})
+}
+
+// launchServe runs Main with the arguments args gives for a loopback
+// address free a moment ago, and waits until it serves. The address is
+// picked and closed before serve listens on it, so a server of a parallel
+// test can take it first: then serve is started again on another.
+func launchServe(t *testing.T, args func(addr string) []string) *server {
+	t.Helper()
+	return launchServeOn(t, func(int) string { return freeAddr(t) }, args)
+}
+
+// launchServeOn is launchServe with the address of each try picked by
+// pick (tries count from 1).
+func launchServeOn(t *testing.T, pick func(try int) string, args func(addr string) []string) *server {
+	t.Helper()
+	const tries = 3
+	for try := 1; ; try++ {
+		s, line, err := tryServe(pick(try), args)
+		if err == nil {
+			t.Cleanup(func() { s.stop(t) })
+			return s
+		}
+		if try == tries || !strings.Contains(s.stderr.String(), "address already in use") {
+			t.Fatalf("serve did not start: %q %v\n%s", line, err, s.stderr.String())
+		}
+		t.Logf("serve did not start, its address taken; again on another: %s", s.stderr.String())
+	}
+}
+
+// freeAddr returns a loopback address that was free a moment ago.
+func freeAddr(t *testing.T) string {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := l.Addr().String()
-	l.Close()
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// tryServe starts serve on addr once; on an error it has exited.
+func tryServe(addr string, args func(addr string) []string) (*server, string, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	pr, pw := io.Pipe()
 	s := &server{url: "nats://" + addr, cancel: cancel, done: make(chan int, 1), stderr: &syncBuffer{}}
 	go func() {
-		s.done <- Main(ctx, append([]string{"serve", "--config", "../examples/cityops/loopgate.yaml", "--listen", addr,
-			"--data", dataDir, "--workers", "2", "--log-format", "json"}, flags...), nil, pw, s.stderr)
+		s.done <- Main(ctx, args(addr), nil, pw, s.stderr)
 		pw.Close()
 	}()
 	line, err := bufio.NewReader(pr).ReadString('\n')
-	if err != nil || !strings.Contains(line, "serving on") {
+	if err == nil && !strings.Contains(line, "serving on") {
+		err = errors.New("no serving line")
+	}
+	if err != nil {
 		cancel()
-		t.Fatalf("serve did not start: %q %v\n%s", line, err, s.stderr.String())
+		<-s.done
+		return s, line, err
 	}
 	go io.Copy(io.Discard, pr)
-	t.Cleanup(func() { s.stop(t) })
-	return s
+	return s, line, nil
 }
 
 func (s *server) stop(t *testing.T) {
@@ -578,4 +620,37 @@ func TestSubmitStoresTheTaskWhateverItsTimeout(t *testing.T) {
 	if code != exitOK || !strings.Contains(out, "duplicate task id: following the existing run") {
 		t.Errorf("the same task again: exit %d, want %d following the run the first submit stored\n%s\n%s", code, exitOK, out, stderr)
 	}
+}
+
+// The serve of a test whose picked address was taken before serve
+// listened on it (by a server of a parallel test) is started again on
+// another address, not failed.
+func TestServeIsStartedAgainWhenItsAddressWasTaken(t *testing.T) {
+	t.Parallel()
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	var tried []string
+	data := t.TempDir()
+	s := launchServeOn(t, func(try int) string {
+		addr := freeAddr(t)
+		if try == 1 {
+			addr = taken.Addr().String()
+		}
+		tried = append(tried, addr)
+		return addr
+	}, func(addr string) []string {
+		return []string{"serve", "--config", "../examples/cityops/loopgate.yaml", "--listen", addr,
+			"--data", data, "--workers", "1", "--log-format", "json", "--sync-interval", "2m"}
+	})
+	if len(tried) != 2 || s.url != "nats://"+tried[1] {
+		t.Fatalf("tried %v, serving on %s: want a second address after the taken one", tried, s.url)
+	}
+	nc, err := nats.Connect(s.url)
+	if err != nil {
+		t.Fatalf("serve started again does not answer: %v", err)
+	}
+	nc.Close()
 }

@@ -1,10 +1,7 @@
 package cli
 
 import (
-	"bufio"
 	"context"
-	"io"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -22,29 +19,12 @@ const accountsConf = "../deploy/nats-accounts.conf"
 // with deploy/nats-accounts.conf, connected as its worker user.
 func startSecuredServe(t *testing.T) *server {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	ctx, cancel := context.WithCancel(context.Background())
-	pr, pw := io.Pipe()
-	s := &server{url: "nats://" + addr, cancel: cancel, done: make(chan int, 1), stderr: &syncBuffer{}}
-	go func() {
-		s.done <- Main(ctx, []string{"serve", "--listen", addr, "--data", t.TempDir(), "--workers", "2", "--log-format", "json",
+	data := t.TempDir()
+	return launchServe(t, func(addr string) []string {
+		return []string{"serve", "--listen", addr, "--data", data, "--workers", "2", "--log-format", "json",
 			"--sync-interval", "2m", "--nats-config", accountsConf,
-			"--nats-user", "worker", "--nats-password", "worker-change-me", "--inbox-prefix", "_INBOX_worker"}, nil, pw, s.stderr)
-		pw.Close()
-	}()
-	line, err := bufio.NewReader(pr).ReadString('\n')
-	if err != nil || !strings.Contains(line, "serving on") {
-		cancel()
-		t.Fatalf("serve did not start: %q %v\n%s", line, err, s.stderr.String())
-	}
-	go io.Copy(io.Discard, pr)
-	t.Cleanup(func() { s.stop(t) })
-	return s
+			"--nats-user", "worker", "--nats-password", "worker-change-me", "--inbox-prefix", "_INBOX_worker"}
+	})
 }
 
 // Not parallel: the client commands authenticate from the environment.
