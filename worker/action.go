@@ -65,8 +65,13 @@ func nextAction(c *events.CallState, m tools.Manifest, dryRun, tainted bool) act
 			return actRetry
 		}
 	case events.ExecTimeout, events.ExecUnknown:
+		// Attempts whose tool never started do not use up the retry,
+		// here as after a transient failure: a kill before the claim and
+		// another after it must not stop "not applied" from running the
+		// write again.
+		ran := c.Attempts() - notRun(c)
 		if !write {
-			if last.Status == events.ExecUnknown && c.Attempts() < maxAttempts {
+			if last.Status == events.ExecUnknown && ran < maxAttempts {
 				return actRetry // a read whose worker died: reads are safe to run again
 			}
 			return actObserve // a read's timeout is reported, not chased
@@ -77,7 +82,7 @@ func nextAction(c *events.CallState, m tools.Manifest, dryRun, tainted bool) act
 			}
 			return actObserve // mark_done or abandon
 		}
-		if m.Idempotent && c.Attempts() < maxAttempts {
+		if m.Idempotent && ran < maxAttempts {
 			return actRetry // the tool dedupes by operation id
 		}
 		if m.Reconcile != "" {
@@ -87,7 +92,7 @@ func nextAction(c *events.CallState, m tools.Manifest, dryRun, tainted bool) act
 				return actReconcile
 			case rec.Applied:
 				return actObserve
-			case rec.Error == "" && c.Attempts() < maxAttempts:
+			case rec.Error == "" && ran < maxAttempts:
 				return actRetry // it did not take effect: safe to try again
 			}
 		}
