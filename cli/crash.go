@@ -12,7 +12,9 @@ import (
 // time it reaches that point of a run. Points: before:<event type>,
 // after:<event type> (started, proposed, validated, approval_requested,
 // parked, approved, executing, executed, observed, finished, …),
-// before:side_effect (a write claimed, its tool not started),
+// before:claim (a write's executing stored and its deadline checked, its
+// operation not yet claimed in KV), before:side_effect (a write claimed,
+// its tool not started),
 // after:side_effect (a write's tool returned, nothing recorded yet),
 // after:idempotency_record (recorded in KV, no executed event yet),
 // before:decision (an approval checked, its decision not yet written to

@@ -42,9 +42,10 @@ func (c crashCase) String() string {
 // same process; before:decision is where it has checked an approval and
 // not yet written the decision to the approval's entry; after:approved is
 // also where it has recorded a decision and not yet published the
-// wake-up), and the three points inside a
-// write: claimed with its tool not started, between the tool's side effect
-// and its record, and recorded with no executed event. A point fires the first
+// wake-up), and the four points inside a
+// write: its deadline checked and its operation not yet claimed, claimed
+// with its tool not started, between the tool's side effect and its
+// record, and recorded with no executed event. A point fires the first
 // time the process reaches it: for executing, executed and observed that
 // is the first read (get_procedure), so those are run a second time armed
 // at the first draft, to crash around the write itself.
@@ -65,7 +66,7 @@ func crashCases() []crashCase {
 			add("before:decision") // in the approvals consumer, before the entry's compare-and-set
 		}
 	}
-	add("before:side_effect", "after:side_effect", "after:idempotency_record")
+	add("before:claim", "before:side_effect", "after:side_effect", "after:idempotency_record")
 	for _, typ := range []events.Type{events.TypeExecuting, events.TypeExecuted, events.TypeObserved} {
 		cases = append(cases, crashCase{point: "before:" + string(typ), atDraft: true}, crashCase{point: "after:" + string(typ), atDraft: true})
 	}

@@ -441,28 +441,35 @@ func (r *run) backoff(ctx context.Context) error {
 	return wait.For(ctx, min(r.p.opts.TransientBackoff, max(time.Until(r.deadline), 0)))
 }
 
+// pastDeadline reports whether the attempt's deadline passed before its
+// tool started, and what the attempt then records. Its worker was stopped
+// or starved (a frozen VM, a SIGSTOP, a long pause), or waited that long
+// for its executing event to be stored (a cluster's failover: the
+// append's acknowledgement timed out and it was tried again), past the
+// lease that event announced, and another worker may own the call by
+// now. Starting the tool late could repeat what that worker does; not
+// starting it is known to have done nothing, so the call is retried as a
+// new attempt.
+func (r *run) pastDeadline(ctx context.Context, a *attempt) (events.ExecutedData, bool) {
+	if r.p.now().Before(a.ex.Deadline) {
+		return events.ExecutedData{}, false
+	}
+	r.log.WarnContext(ctx, "attempt's deadline passed before its tool started; not run",
+		"call_id", a.c.Call.ID, "tool", a.c.Call.Tool, "attempt", a.ex.Attempt, "deadline", a.ex.Deadline)
+	return events.ExecutedData{
+		Status: events.ExecTransient, ErrorClass: events.DeadlinePassed,
+		OperationID: a.ex.OperationID, Attempt: a.ex.Attempt,
+		Message: "the attempt's deadline passed before the tool started (its worker was paused or starved, or waited that long for JetStream to store its executing event); the tool was not run",
+	}, true
+}
+
 // invoke runs one attempt under its deadline and classifies how it ended.
 // It returns an error only when the worker itself is stopping (ctx done):
 // then nothing is recorded and the attempt stays in flight for whoever
 // resumes the run.
 func (r *run) invoke(ctx context.Context, a *attempt) (events.ExecutedData, error) {
-	if !r.p.now().Before(a.ex.Deadline) {
-		// The attempt's deadline passed before its tool started: this
-		// worker was stopped or starved (a frozen VM, a SIGSTOP, a long
-		// pause), or waited that long for its executing event to be
-		// stored (a cluster's failover: the append's acknowledgement
-		// timed out and it was tried again), past the lease that event
-		// announced, and another worker may own the call by now.
-		// Starting the tool late could repeat what that worker does; not
-		// starting it is known to have done nothing, so the call is
-		// retried as a new attempt.
-		r.log.WarnContext(ctx, "attempt's deadline passed before its tool started; not run",
-			"call_id", a.c.Call.ID, "tool", a.c.Call.Tool, "attempt", a.ex.Attempt, "deadline", a.ex.Deadline)
-		return events.ExecutedData{
-			Status: events.ExecTransient, ErrorClass: events.DeadlinePassed,
-			OperationID: a.ex.OperationID, Attempt: a.ex.Attempt,
-			Message: "the attempt's deadline passed before the tool started (its worker was paused or starved, or waited that long for JetStream to store its executing event); the tool was not run",
-		}, nil
+	if late, ok := r.pastDeadline(ctx, a); ok {
+		return late, nil
 	}
 	cctx, cancel := context.WithDeadline(ctx, a.ex.Deadline)
 	defer cancel()

@@ -69,9 +69,11 @@ type Config struct {
 	// sessions.Clip (no model: the first words of each exchange).
 	Summarizer sessions.Summarizer
 	// Crash is the fault-injection hook: called at each named point of a
-	// run (before:<event type>, after:<event type>, after:side_effect,
-	// after:idempotency_record, after:approved). Tests and the soak make
-	// it kill the process; nil, the default, does nothing.
+	// run (before:<event type>, after:<event type>, before:load,
+	// before:claim, before:side_effect, after:side_effect,
+	// after:idempotency_record, before:decision, after:approved). Tests
+	// and the soak make it kill the process; nil, the default, does
+	// nothing.
 	Crash func(point string)
 }
 

@@ -32,6 +32,12 @@ func (r *run) runWrite(ctx context.Context, a *attempt) (events.ExecutedData, er
 		Updated:     r.p.now().UTC(),
 	}
 	out := events.ExecutedData{OperationID: a.ex.OperationID, Attempt: a.ex.Attempt}
+	if late, ok := r.pastDeadline(ctx, a); ok {
+		// Not even the record is touched: by now another worker may own
+		// the call and have written it in a later attempt's name.
+		return late, nil
+	}
+	r.p.crash("before:claim")
 	prior, rev, fresh, err := r.p.idem.Claim(ctx, rec)
 	switch {
 	case errors.Is(err, idempotency.ErrConflict):
@@ -41,6 +47,17 @@ func (r *run) runWrite(ctx context.Context, a *attempt) (events.ExecutedData, er
 		return out, nil
 	case err != nil:
 		return out, err
+	case !fresh && prior.Attempt > a.ex.Attempt:
+		// A later attempt owns the operation: this one's lease ran out
+		// (its worker was frozen past it, between the deadline check above
+		// and the claim) and another worker took the call over. Writing this
+		// attempt over that record would make a crash of the live attempt
+		// read as "never started" (lostAttempt), and the write run twice.
+		r.log.WarnContext(ctx, "a later attempt owns the operation; this attempt's tool not run",
+			"operation_id", rec.OperationID, "attempt", a.ex.Attempt, "record_attempt", prior.Attempt, "record_state", prior.State)
+		out.Status, out.ErrorClass = events.ExecTransient, events.DeadlinePassed
+		out.Message = fmt.Sprintf("attempt %d of the operation began after this one; this attempt's tool was not run", prior.Attempt)
+		return out, nil
 	case !fresh:
 		switch prior.State {
 		case idempotency.Completed:
