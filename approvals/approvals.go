@@ -99,6 +99,14 @@ type Entry struct {
 	// ListedSeq is the sequence of the question's message in LOOPGATE_PENDING,
 	// deleted when the question is decided (0: not known).
 	ListedSeq uint64 `json:"listed_seq,omitempty"`
+
+	// AskedAfterSeq is the LOOPGATE_APPROVALS sequence of the last message
+	// on the call's subject when this round was asked (0: none). A message
+	// at or below it was sent before the round existed, to answer an
+	// earlier one: a message does not name its round, and a second answer
+	// to round 1 decided late must not answer round 2, which no human has
+	// seen.
+	AskedAfterSeq uint64 `json:"asked_after_seq,omitempty"`
 }
 
 // Pending reports whether the entry awaits a decision.

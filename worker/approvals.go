@@ -527,6 +527,14 @@ func (p *Pool) decide(ctx context.Context, msg approvalMsg) (outcome, string) {
 		// must not answer the next round, which no human has seen.
 		return settled, ""
 	}
+	if entry.Pending() && seq <= entry.AskedAfterSeq {
+		// A message does not name the round it answers. This one reached
+		// the stream before this round was asked (a second answer to the
+		// last round, decided late: its lane was busy, its handler slow or
+		// killed): it must not answer a question no human had seen.
+		return reject(approvals.RejectNotPending, fmt.Sprintf("this message was sent before round %d of the question was asked (approvals seq %d, the round asked after seq %d): it answered an earlier round; send a decision again to answer this one",
+			entry.Round, seq, entry.AskedAfterSeq), m, nil)
+	}
 	if m.Signature != "" && entry.Pending() {
 		// A signature binds run, call, arguments and decision, not the
 		// round: a copy of the signed retry that decided round 1,

@@ -66,7 +66,7 @@ func (r *run) requestHuman(ctx context.Context, c *events.CallState, kind approv
 	go func() {
 		scheduled <- r.p.scheduleWake(ctx, r.task.Tenant, r.st.RunID, c.Call.ID, q.ExpiresAt)
 	}()
-	stored, err := r.p.approvals.Request(ctx, r.entry(c.Call.ID, q))
+	stored, err := r.request(ctx, c.Call.ID, q)
 	if serr := <-scheduled; err == nil {
 		err = serr
 	}
@@ -158,6 +158,32 @@ func (r *run) entry(callID string, q events.ApprovalRequestedData) approvals.Ent
 	}
 }
 
+// request writes the pending entry of question q of call callID (see
+// approvals.Store.Request), bounded below by the approval messages already
+// on the call's subject: none of them can answer it.
+func (r *run) request(ctx context.Context, callID string, q events.ApprovalRequestedData) (approvals.Entry, error) {
+	e := r.entry(callID, q)
+	seq, err := r.p.lastApprovalSeq(ctx, e.Tenant, e.RunID, callID)
+	if err != nil {
+		return approvals.Entry{}, err
+	}
+	e.AskedAfterSeq = seq
+	return r.p.approvals.Request(ctx, e)
+}
+
+// lastApprovalSeq returns the LOOPGATE_APPROVALS sequence of the last
+// message on a call's approval subject, 0 for none.
+func (p *Pool) lastApprovalSeq(ctx context.Context, tenant, runID, callID string) (uint64, error) {
+	m, err := p.approvalMsgs.GetLastMsgForSubject(ctx, events.ApprovalSubject(tenant, runID, callID))
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		return 0, nil
+	case err != nil:
+		return 0, fmt.Errorf("last approval message of %s/%s: %w", runID, callID, err)
+	}
+	return m.Sequence, nil
+}
+
 // errParked ends a worker's hold on a run that now waits for a human.
 var errParked = errors.New("run parked")
 
@@ -186,7 +212,7 @@ func (r *run) wait(ctx context.Context, c *events.CallState) error {
 		return r.expire(ctx, c)
 	}
 	if !r.st.IsParked {
-		if _, err := r.p.approvals.Request(ctx, r.entry(c.Call.ID, *q)); err != nil {
+		if _, err := r.request(ctx, c.Call.ID, *q); err != nil {
 			return err
 		}
 		return r.park(ctx, c)

@@ -138,11 +138,14 @@ type Pool struct {
 	decisions   *decisionParser
 	redactor    *redact.Redactor
 
-	approvals  *approvals.Store
-	idem       *idempotency.Store
-	sessions   *sessions.Store
-	maxDeliver int
-	advisories interface{ Unsubscribe() error }
+	approvals *approvals.Store
+	// approvalMsgs is LOOPGATE_APPROVALS, where approvers' messages are
+	// read back (lastApprovalSeq).
+	approvalMsgs jetstream.Stream
+	idem         *idempotency.Store
+	sessions     *sessions.Store
+	maxDeliver   int
+	advisories   interface{ Unsubscribe() error }
 	// refusedWarned is when the pool last warned that the server refused
 	// its atomic batches (unix nanoseconds): at most once a minute.
 	refusedWarned atomic.Int64
@@ -250,6 +253,9 @@ func (p *Pool) Start(ctx context.Context) error {
 		return fmt.Errorf("worker: stream %s: %w", journal.StreamPending, err)
 	}
 	p.approvals, p.idem = approvals.NewStore(akv, index), idempotency.NewStore(ikv)
+	if p.approvalMsgs, err = p.js.Stream(ctx, journal.StreamApprovals); err != nil {
+		return fmt.Errorf("worker: stream %s: %w", journal.StreamApprovals, err)
+	}
 	skv, err := p.js.KeyValue(ctx, journal.BucketSessions)
 	if err != nil {
 		return fmt.Errorf("worker: bucket %s: %w", journal.BucketSessions, err)
