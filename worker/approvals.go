@@ -285,7 +285,7 @@ func (p *Pool) handleApproval(ctx context.Context, msg jetstream.Msg) {
 		return // its run goes on here, and settles it (continueRun)
 	}
 	if o == retry && p.lastDelivery(msg) {
-		o, reason = p.undecided(ctx, am)
+		o, reason = p.undecidedSafely(ctx, am)
 	}
 	if err := settle(msg, o, reason, p.opts.RetryDelay); err != nil {
 		p.log.WarnContext(ctx, "settle approval message", "subject", msg.Subject(), "err", err)
@@ -305,6 +305,21 @@ func (p *Pool) decideSafely(ctx context.Context, msg approvalMsg) (o outcome, re
 		}
 	}
 	return retry, ""
+}
+
+// undecidedSafely is undecided, turning a panic into a logged drop. The
+// bug that failed every decision of the message may be met again
+// recording it; uncaught, it would end the process, and from the
+// max-deliveries advisory (decideDeadLetter) every pool's at once.
+func (p *Pool) undecidedSafely(ctx context.Context, msg approvalMsg) (o outcome, reason string) {
+	defer func() {
+		if v := recover(); v != nil {
+			p.log.ErrorContext(ctx, "approval message dropped: not decided in all its deliveries, and recording it panicked",
+				"subject", msg.subject, "approval_seq", msg.seq, "panic", v)
+			o, reason = rejected, fmt.Sprintf("recording it as undecided panicked: %v", v)
+		}
+	}()
+	return p.undecided(ctx, msg)
 }
 
 // undecided records an approval message that failed its last delivery as

@@ -32,7 +32,16 @@ func (p *Pool) lastDelivery(msg jetstream.Msg) bool {
 // stop is recorded, and as failedOn says when it could not be. A message
 // nakked on its last delivery is not delivered again; the max-deliveries
 // advisory deals with it (deadLetter).
-func (p *Pool) giveUp(ctx context.Context, msg jetstream.Msg, cause string) (outcome, string) {
+func (p *Pool) giveUp(ctx context.Context, msg jetstream.Msg, cause string) (o outcome, reason string) {
+	defer func() {
+		// The bug that failed every delivery may be met again recording
+		// the stop: the message is handed back (the advisory's handler
+		// tries once more), the worker goes on.
+		if v := recover(); v != nil {
+			p.log.ErrorContext(ctx, "stopping a poisoned run panicked", "subject", msg.Subject(), "panic", v)
+			o, reason = retry, fmt.Sprintf("%s; stopping its run panicked: %v", cause, v)
+		}
+	}()
 	meta, err := msg.Metadata()
 	if err != nil {
 		return retry, cause
@@ -75,6 +84,15 @@ func (p *Pool) watchMaxDeliveries(ctx context.Context) (interface{ Unsubscribe()
 				p.log.WarnContext(ctx, "unreadable max-deliveries advisory", "err", err)
 				return
 			}
+			defer func() {
+				// A bug met recording the stop would otherwise end
+				// the process, every pool's at once: each gets the
+				// advisory.
+				if v := recover(); v != nil {
+					p.log.ErrorContext(ctx, "max-deliveries advisory handling panicked; the message stays in its stream",
+						"stream", a.Stream, "stream_seq", a.StreamSeq, "panic", v)
+				}
+			}()
 			act(ctx, a)
 		})
 		if err != nil {
@@ -124,7 +142,7 @@ func (p *Pool) decideDeadLetter(ctx context.Context, a maxDeliveriesAdvisory) {
 	msg := approvalMsg{subject: raw.Subject, data: raw.Data, seq: raw.Sequence, received: raw.Time, deliveries: a.Deliveries}
 	p.log.WarnContext(ctx, "approval message ran out of deliveries; deciding it once more", "subject", raw.Subject, "approval_seq", raw.Sequence, "deliveries", a.Deliveries)
 	if o, _ := p.decideSafely(ctx, msg); o == retry || o == unavailable {
-		p.undecided(ctx, msg)
+		p.undecidedSafely(ctx, msg)
 	}
 }
 

@@ -108,3 +108,42 @@ func TestARunWhoseProfileWasRemovedIsStoppedNotStranded(t *testing.T) {
 		t.Errorf("the run's wake-up is still in the work queue: %+v, %v", m, err)
 	}
 }
+
+// A bug that fails every delivery of a task may be met again recording
+// the run's stop (here the append of finished panics while the test
+// says so). Neither the last delivery's stop (giveUp) nor the
+// max-deliveries advisory's (deadLetter, in every pool at once) may end
+// the process: the panics are logged, and the pool goes on working.
+func TestAPanicStoppingAPoisonedRunDoesNotKillThePool(t *testing.T) {
+	t.Parallel()
+	var broken atomic.Bool
+	broken.Store(true)
+	b := setup(t, options{
+		layout: journal.Layout{MaxDeliver: 2},
+		retry:  20 * time.Millisecond,
+		agents: map[string]config.Profile{"crashy": profile("lookup_complaints")},
+		scripts: map[string]model.Model{"crashy": model.Func(func(ctx context.Context, req model.Request) (model.Response, error) {
+			panic("model adapter bug: nil pointer")
+		})},
+		crash: func(point string) {
+			if point == "before:finished" && broken.Load() {
+				panic("bug recording the stop")
+			}
+		},
+		workers: 1,
+	})
+	b.submit(task("poison-stop-1", "crashy"))
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(b.logs.String(), "stopping a poisoned run panicked") ||
+		!strings.Contains(b.logs.String(), "max-deliveries advisory handling panicked") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the stop's panics were not both logged:\n%s", b.logs.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	broken.Store(false)
+	evs := b.waitEnd(b.submit(task("after-poison-1", "runaway-assistant")))
+	if fin := last[events.FinishedData](t, evs, events.TypeFinished); fin.Reason == "" {
+		t.Fatalf("the next task did not finish: %+v", fin)
+	}
+}
