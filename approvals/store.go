@@ -134,23 +134,64 @@ func (s *Store) Request(ctx context.Context, e Entry) (Entry, error) {
 }
 
 // list puts a pending question in the index, to age out a little after it
-// expires, and returns the message's stream sequence (0: no index, or it
-// was listed already). The message is empty: the entry is the truth.
+// expires, and returns the message's stream sequence (0: no index, or
+// another try listed it at the same moment). The message is empty: the
+// entry is the truth.
 func (s *Store) list(ctx context.Context, e Entry) (uint64, error) {
 	if s.pending == nil {
 		return 0, nil
 	}
 	ttl := max(time.Until(e.ExpiresAt)+listedGrace, time.Second).Round(time.Second)
-	ack, err := s.pending.js.Publish(ctx, events.PendingSubject(e.Tenant, e.RunID, e.CallID), nil,
-		jetstream.WithMsgTTL(ttl), jetstream.WithExpectLastSequencePerSubject(0))
+	subject := events.PendingSubject(e.Tenant, e.RunID, e.CallID)
+	seq, stored, err := s.publishListing(ctx, e, subject, ttl, 0)
+	if err != nil || stored {
+		return seq, err
+	}
+	return s.relist(ctx, e, subject, ttl)
+}
+
+// relist deals with a question whose subject already holds a message:
+// this question's own, from a try whose entry write then failed, or an
+// earlier round's, whose deletion was lost or whose sequence the entry
+// never knew (listed by such a try). It keeps that message if it lasts
+// as long as this question does, and else replaces it (one message per
+// subject) with one that does: an earlier round's, answered late in its
+// time, would age out while this round is still pending, and `loopgate
+// pending` would not show it. Either way it returns the message's
+// sequence, so the decision deletes it (0: another try of this question
+// listed it at the same moment).
+func (s *Store) relist(ctx context.Context, e Entry, subject string, ttl time.Duration) (uint64, error) {
+	m, err := s.pending.stream.GetLastMsgForSubject(ctx, subject)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		seq, _, err := s.publishListing(ctx, e, subject, ttl, 0) // aged out or deleted since
+		return seq, err
+	}
+	if err != nil {
+		return 0, fmt.Errorf("list pending approval %s/%s: %w", e.RunID, e.CallID, err)
+	}
+	if old, perr := time.ParseDuration(m.Header.Get(jetstream.MsgTTLHeader)); perr == nil &&
+		!m.Time.Add(old).Before(time.Now().Add(ttl-time.Second)) {
+		return m.Sequence, nil
+	}
+	seq, _, err := s.publishListing(ctx, e, subject, ttl, m.Sequence)
+	return seq, err
+}
+
+// publishListing stores the question's index message, aging out after
+// ttl, if the subject's last message is still the one at sequence after
+// (0: none). It returns the message's sequence, and stored false (and no
+// error) when the subject had moved on.
+func (s *Store) publishListing(ctx context.Context, e Entry, subject string, ttl time.Duration, after uint64) (uint64, bool, error) {
+	ack, err := s.pending.js.Publish(ctx, subject, nil,
+		jetstream.WithMsgTTL(ttl), jetstream.WithExpectLastSequencePerSubject(after))
 	var apiErr *jetstream.APIError
 	switch {
 	case errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence:
-		return 0, nil // listed already
+		return 0, false, nil
 	case err != nil:
-		return 0, fmt.Errorf("list pending approval %s/%s: %w", e.RunID, e.CallID, err)
+		return 0, false, fmt.Errorf("list pending approval %s/%s: %w", e.RunID, e.CallID, err)
 	}
-	return ack.Sequence, nil
+	return ack.Sequence, true, nil
 }
 
 // unlist takes a decided question out of the index by deleting its

@@ -287,3 +287,106 @@ func TestALateDecisionIsLostOnOneServerAndOnThree(t *testing.T) {
 		})
 	}
 }
+
+// A question is listed before its entry is written. When the entry's
+// write fails (a full store, a request that timed out) and the question is
+// asked again, the subject already holds its message: the entry must
+// still know that message, so the decision deletes it. And a later round
+// of the call (a needs_human question after the approved write's outcome
+// is unknown) found round 1's message still there, left by such a
+// decision, and was listed only by it: answered late in its 24 h, round 1's
+// message aged out while round 2 was pending, and `loopgate pending` did
+// not show a question its run was parked on (found by review).
+func TestALaterRoundStaysListedUntilItsOwnExpiry(t *testing.T) {
+	t.Parallel()
+	env := natstest.Start(t)
+	ctx := t.Context()
+	store := openStore(t, env)
+	e := question("cityops", 7)
+	asked := time.Now().UTC()
+	e.RequestedAt, e.ExpiresAt = asked, asked.Add(24*time.Hour)
+
+	// The entry's first write fails: the bucket refuses new messages.
+	kv := entries(t, env)
+	if _, err := kv.Put(ctx, "other.entry", []byte("{}")); err != nil { // a limit of 0 messages is no limit
+		t.Fatal(err)
+	}
+	refuseNew(t, env, "KV_"+journal.BucketApprovals, true)
+	if _, err := store.Request(ctx, e); err == nil {
+		t.Fatal("the entry was written into a bucket that refuses writes")
+	}
+	refuseNew(t, env, "KV_"+journal.BucketApprovals, false)
+	r1, err := store.Request(ctx, e) // asked again
+	if err != nil {
+		t.Fatal(err)
+	}
+	listing := func() jetstream.RawStreamMsg {
+		t.Helper()
+		st, err := env.JS.Stream(ctx, journal.StreamPending)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := st.GetLastMsgForSubject(ctx, events.PendingSubject(e.Tenant, e.RunID, e.CallID))
+		if err != nil {
+			t.Fatalf("the question is not listed: %v", err)
+		}
+		return *m
+	}
+	if m := listing(); r1.ListedSeq != m.Sequence {
+		t.Fatalf("the entry asked again knows listing seq %d, the question is listed at %d: its decision would not delete it", r1.ListedSeq, m.Sequence)
+	}
+
+	// Round 2, asked 23 h after round 1 (round 1's listing left behind,
+	// as a decision whose deletion was lost leaves it), pending 24 h.
+	_, rev, err := store.Get(ctx, e.RunID, e.CallID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r1.ListedSeq = 0 // its deletion lost
+	r1.State, r1.Decision, r1.DecidedBy = "approved", approvals.Approve, "supervisor@cityops"
+	if err := store.Decide(ctx, r1, rev); err != nil {
+		t.Fatal(err)
+	}
+	e2 := e
+	e2.Kind, e2.Round = approvals.KindNeedsHuman, 2
+	e2.RequestedAt = asked.Add(23 * time.Hour)
+	e2.ExpiresAt = e2.RequestedAt.Add(24 * time.Hour)
+	r2, err := store.Request(ctx, e2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := listing()
+	ttl, err := time.ParseDuration(m.Header.Get(jetstream.MsgTTLHeader))
+	if err != nil {
+		t.Fatalf("index message TTL %q: %v", m.Header.Get(jetstream.MsgTTLHeader), err)
+	}
+	if agesOut := m.Time.Add(ttl); agesOut.Before(e2.ExpiresAt) {
+		t.Errorf("round 2 (pending until %s) is listed by a message (seq %d) that ages out at %s, %s before it expires",
+			e2.ExpiresAt.Format(time.RFC3339), m.Sequence, agesOut.Format(time.RFC3339), e2.ExpiresAt.Sub(agesOut).Round(time.Minute))
+	}
+	if r2.ListedSeq != m.Sequence {
+		t.Errorf("round 2's entry knows listing seq %d, it is listed at %d", r2.ListedSeq, m.Sequence)
+	}
+	got, err := store.Pending(ctx, "cityops")
+	if err != nil || len(got) != 1 || got[0].Round != 2 {
+		t.Fatalf("pending = %+v, %v; want round 2 listed", got, err)
+	}
+}
+
+// refuseNew makes a stream refuse every new message (on) or lifts that
+// (off), through its message limit with discard new.
+func refuseNew(t *testing.T, env *natstest.Env, name string, on bool) {
+	t.Helper()
+	st, err := env.JS.Stream(t.Context(), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := st.CachedInfo().Config
+	cfg.Discard, cfg.MaxMsgs = jetstream.DiscardOld, -1
+	if on {
+		cfg.Discard, cfg.MaxMsgs = jetstream.DiscardNew, int64(st.CachedInfo().State.Msgs)
+	}
+	if _, err := env.JS.UpdateStream(t.Context(), cfg); err != nil {
+		t.Fatal(err)
+	}
+}
