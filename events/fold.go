@@ -105,9 +105,12 @@ type RunState struct {
 	Active      time.Duration
 
 	// The latest decision and the progress of its calls, in call order.
-	Current      *Decision
-	CurrentStep  int
-	CurrentCalls []*CallState
+	// CurrentProposal is the event id of the proposed event that made it:
+	// two decisions of one step have the same call ids, not the same calls.
+	Current         *Decision
+	CurrentProposal string
+	CurrentStep     int
+	CurrentCalls    []*CallState
 	// CurrentInvalid holds why the latest decision was invalid, and
 	// DecisionObserved is set once the model got that error back.
 	CurrentInvalid   []FieldError
@@ -214,6 +217,7 @@ func (s *RunState) Apply(e *Event) error {
 		s.LastUsage, s.LastCostUSD = d.Usage, d.CostUSD
 		s.CostUSD += d.CostUSD
 		s.Current, s.CurrentCalls, s.DecisionObserved = d.Decision, nil, false
+		s.CurrentProposal = e.EventID
 		s.CurrentInvalid = d.Invalid
 		if d.Decision == nil {
 			s.InvalidDecisions++

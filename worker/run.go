@@ -349,8 +349,13 @@ func (r *run) know(id string) {
 // adopt takes over from old, the run this worker drove before reloading
 // it (another writer appended meanwhile), the arguments old knew in full:
 // the reloaded state holds only the stored ones, redacted. A call of the
-// same id is the same call (its id names its step).
+// same id is the same call only within the same stored proposal: another
+// driver's decision of the same step has the same call ids, and may have
+// the same tools with other arguments (a model is not deterministic).
 func (r *run) adopt(old *run) {
+	if old.st.CurrentProposal == "" || old.st.CurrentProposal != r.st.CurrentProposal {
+		return
+	}
 	for id := range old.fresh {
 		was, now := old.st.Call(id), r.st.Call(id)
 		if was == nil || now == nil || now.Call.Tool != was.Call.Tool {
