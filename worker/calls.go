@@ -119,6 +119,13 @@ func (r *run) runCalls(ctx context.Context) error {
 			if s := inTime(r.limits, r.p.now(), r.deadline); !s.ok() {
 				return r.finish(ctx, s, nil)
 			}
+			// What the step decided so far (its proposal) is stored before
+			// the message goes back: dropped with it, the next delivery
+			// would ask the model again, its first answer and tokens in
+			// no event.
+			if ferr := r.flush(ctx); ferr != nil {
+				return ferr
+			}
 			return err
 		}
 		if denial != nil {
