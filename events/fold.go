@@ -172,7 +172,9 @@ func (s *RunState) Apply(e *Event) error {
 			return fmt.Errorf("event %s of run %s folded into run %s", e.EventID, e.RunID, s.RunID)
 		}
 		// Time parked waiting for a human is not active time.
-		if !s.IsParked && e.Time.After(s.LastTime) {
+		// Nor is the time between a run's end and an answer recorded
+		// after it (approval_rejected).
+		if !s.IsParked && s.Finished == nil && e.Time.After(s.LastTime) {
 			s.Active += e.Time.Sub(s.LastTime)
 		}
 	}

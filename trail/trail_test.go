@@ -94,6 +94,37 @@ func TestTheHappyPathsTrailHasNoProblem(t *testing.T) {
 	}
 }
 
+// An approval message that came after the run ended is recorded as its
+// rejection, after finished: the audit keeps it, and it breaks nothing.
+func TestARejectedAnswerAfterTheEndIsNoProblem(t *testing.T) {
+	evs := happyRun(t)
+	late := evs[len(evs)-1]
+	late.Type, late.CallID, late.Tool = events.TypeApprovalRejected, "s1c1", "draft_escalation"
+	late.Data = json.RawMessage(`{"class":"not_pending","detail":"the run has finished"}`)
+	late.Time = late.Time.Add(time.Hour)
+	evs = renumber(append(evs, late))
+	v := check(evs)
+	if len(v.Problems) > 0 || v.End != events.TypeFinished || v.Reason != events.ReasonDone || v.Events != 38 {
+		t.Fatalf("verdict %+v: want done, no problem", v)
+	}
+	var before, after []events.Event
+	for _, e := range evs {
+		after = append(after, e.Event)
+	}
+	before = after[:len(after)-1]
+	sb, err := events.Fold(before)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sa, err := events.Fold(after)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sa.Active != sb.Active || sa.Finished == nil {
+		t.Errorf("active time %v after the late answer, %v at the end: the hour after the end was counted", sa.Active, sb.Active)
+	}
+}
+
 // A trail cut short at a park is a run that goes on: no end, parked, no
 // problem.
 func TestARunThatGoesOnIsUnfinishedNotBroken(t *testing.T) {
@@ -137,6 +168,10 @@ func TestBrokenTrailsAreNamed(t *testing.T) {
 		{"an event after finished", func(t *testing.T, evs []trail.Stored) []trail.Stored {
 			return renumber(append(evs, evs[1]))
 		}, []string{"event 38 (proposed) follows the run's finished event"}},
+		{"an answer after finished other than its rejection", func(t *testing.T, evs []trail.Stored) []trail.Stored {
+			approved := slices.IndexFunc(evs, func(e trail.Stored) bool { return e.Type == events.TypeApproved })
+			return renumber(append(evs, evs[approved]))
+		}, []string{"event 38 (approved) follows the run's finished event"}},
 		{"a write that took effect twice", func(t *testing.T, evs []trail.Stored) []trail.Stored {
 			// s3c1 ran ok (events 17, 18); a second attempt runs it again.
 			return renumber(slices.Insert(evs, 18, attempt(t, evs[17], "s3c1", 2, events.ExecOK)...))
