@@ -60,6 +60,8 @@ type options struct {
 	// maxFileStore caps the server's JetStream disk use (not with cluster).
 	maxFileStore int64
 	retry        time.Duration // the pool's redelivery delay after an error
+	// projectionAckWait is the pool's ProjectionAckWait (30s when zero).
+	projectionAckWait time.Duration
 	// apiTimeout is the pool's JetStream request timeout (natstest's 30s
 	// when zero), for tests of a JetStream that does not answer.
 	apiTimeout time.Duration
@@ -183,7 +185,7 @@ func setup(t testing.TB, o options) *bundle {
 			poolJournal = j
 		}
 		pool, err := worker.New(worker.Deps{JS: poolJS, Journal: poolJournal, App: cfg, Registry: reg, Models: models},
-			&worker.Config{Workers: cmp.Or(o.workers, 2), Logger: log, TransientBackoff: 10 * time.Millisecond, Crash: crash, RetryDelay: o.retry, Clock: o.clock,
+			&worker.Config{Workers: cmp.Or(o.workers, 2), Logger: log, TransientBackoff: 10 * time.Millisecond, Crash: crash, RetryDelay: o.retry, Clock: o.clock, ProjectionAckWait: o.projectionAckWait,
 				// LOOPGATE_TEST_BATCH=1 runs every scenario with a step's
 				// events appended in atomic batches, as on a cluster.
 				BatchEvents: o.batch || os.Getenv("LOOPGATE_TEST_BATCH") == "1",

@@ -50,6 +50,11 @@ type Config struct {
 	// RetryDelay is the redelivery delay after an infrastructure error.
 	// Defaults to 2s.
 	RetryDelay time.Duration
+	// ProjectionAckWait bounds how long a settled message waits for its
+	// run's record in loopgate_runs before it is handed back (to come
+	// back that long later) rather than acknowledged with the record
+	// only in this process. Defaults to 30s.
+	ProjectionAckWait time.Duration
 	// BatchEvents appends the events of a step in one atomic batch (one
 	// round trip, one Raft proposal) wherever the write-ahead rule allows.
 	// It pays on replicated streams; on a single server each batch costs
@@ -94,6 +99,7 @@ func (c *Config) setDefaults() {
 	}
 	c.TransientBackoff = cmp.Or(c.TransientBackoff, 250*time.Millisecond)
 	c.RetryDelay = cmp.Or(c.RetryDelay, 2*time.Second)
+	c.ProjectionAckWait = cmp.Or(c.ProjectionAckWait, 30*time.Second)
 }
 
 func (c *Config) validate() error {
@@ -503,13 +509,9 @@ func (p *Pool) handOver(ctx context.Context, msg jetstream.Msg) bool {
 	return true
 }
 
-// projectionAckWait bounds how long an acknowledgement waits for the
-// projection updates of its message.
-const projectionAckWait = 30 * time.Second
-
 // ackAfterProjection acknowledges msg, whose run is settled, once the
 // projection updates its handling queued are written (at most
-// projectionAckWait), heartbeating it meanwhile, without holding a
+// ProjectionAckWait), heartbeating it meanwhile, without holding a
 // worker. The projector writes every quarter second, and a process killed
 // before that loses what it queued: with the message unacknowledged, it
 // comes back to another worker, which finds the run where it stands and
@@ -520,8 +522,17 @@ func (p *Pool) ackAfterProjection(ctx context.Context, msg jetstream.Msg, waits 
 		hbCtx, stopHeartbeat := context.WithCancel(ctx)
 		defer stopHeartbeat()
 		go p.heartbeat(hbCtx, msg)
-		givenUp := waits.wait(projectionAckWait)
+		givenUp, timedOut := waits.wait(p.opts.ProjectionAckWait)
 		stopHeartbeat()
+		if timedOut && !givenUp {
+			// The bucket has not taken the record yet: it is only in this
+			// process's projector, which goes on trying. Acknowledged now,
+			// a stop or a kill before the bucket is back would lose it for
+			// good. Let the message come back later instead: the worker
+			// that takes it finds the run where it stands and writes it.
+			_ = msg.NakWithDelay(p.opts.ProjectionAckWait)
+			return
+		}
 		if givenUp {
 			// The pool stopped before the record could be written (the
 			// bucket not answering): another worker takes the message,

@@ -261,8 +261,8 @@ func addProjectionWait(ctx context.Context, pw *projectionWait) {
 }
 
 // wait waits for every update collected, at most max, and reports
-// whether the projector gave any up.
-func (w *projectionWaits) wait(max time.Duration) (givenUp bool) {
+// whether the projector gave any up, and whether max passed first.
+func (w *projectionWaits) wait(max time.Duration) (givenUp, timedOut bool) {
 	w.mu.Lock()
 	waits := w.waits
 	w.mu.Unlock()
@@ -273,10 +273,10 @@ func (w *projectionWaits) wait(max time.Duration) (givenUp bool) {
 		case <-pw.done:
 			givenUp = givenUp || !pw.dealt.Load()
 		case <-timeout.C:
-			return givenUp // the bucket is slow: the record comes when it can
+			return givenUp, true // the bucket is slow: the record is in this process only
 		}
 	}
-	return givenUp
+	return givenUp, false
 }
 
 // none reports whether there is nothing left to wait for, and nothing
