@@ -144,6 +144,17 @@ func decide(ctx context.Context, e env, verb string, args []string) int {
 			fmt.Fprintln(e.stdout, "not sent")
 			return exitError
 		}
+		// A message does not name the round it answers: one sent after
+		// the question printed was decided and asked again (a retry whose
+		// outcome is unknown too) would answer a round nobody here saw.
+		now, _, err := store.Get(ctx, runID, callID)
+		if err != nil {
+			return fail(e, "%s: read the question again: %v\n%s", verb, err, nothingSent)
+		}
+		if !now.Pending() || now.Round != entry.Round || now.Kind != entry.Kind || now.ArgsHash != entry.ArgsHash {
+			return fail(e, "%s: run %s call %s changed while you decided (now %s, %s round %d; shown: round %d); nothing sent: look again with loopgate pending",
+				verb, runID, callID, now.State, now.Kind, now.Round, entry.Round)
+		}
 	}
 
 	msg := approvals.Message{
