@@ -940,7 +940,7 @@ func (d *lgDriver) drive(ctx context.Context, phase string, total, conc int, sam
 		if err != nil {
 			return err
 		}
-		f, err := d.js.PublishAsync(events.TaskSubject(lgTenant), payload, jetstream.WithMsgID(taskID), jetstream.WithStallWait(time.Minute))
+		f, err := d.js.PublishAsync(events.TaskSubject(lgTenant), payload, jetstream.WithMsgID(lgTenant+"/"+taskID), jetstream.WithStallWait(time.Minute))
 		if err != nil {
 			return fmt.Errorf("publish task %s: %w", taskID, err)
 		}

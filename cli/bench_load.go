@@ -168,7 +168,7 @@ func (l *load) submit(ctx context.Context, r *loadRun) error {
 	r.submitted = time.Now() // the run's time counts from the first try
 	l.mu.Unlock()
 	err = l.patiently(ctx, &l.pubErrs, func(ctx context.Context) error {
-		_, err := l.js.Publish(ctx, events.TaskSubject(t.Tenant), payload, jetstream.WithMsgID(t.TaskID))
+		_, err := l.js.Publish(ctx, events.TaskSubject(t.Tenant), payload, jetstream.WithMsgID(taskMsgID(t.Tenant, t.TaskID)))
 		return err
 	})
 	if err != nil {

@@ -124,7 +124,7 @@ func runDemo(ctx context.Context, e env, args []string) int {
 		defer prompt.stop()
 	}
 	sup := newDemoApprover(*approver, key, s.js, aw, prompt)
-	if _, err := s.js.Publish(ctx, events.TaskSubject(task.Tenant), payload, jetstream.WithMsgID(task.TaskID)); err != nil {
+	if _, err := s.js.Publish(ctx, events.TaskSubject(task.Tenant), payload, jetstream.WithMsgID(taskMsgID(task.Tenant, task.TaskID))); err != nil {
 		return fail(e, "demo: publish task: %v", err)
 	}
 	tl := &timeline{w: e.stdout, asJSON: *asJSON, width: 160}

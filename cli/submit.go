@@ -92,7 +92,7 @@ func runSubmit(ctx context.Context, e env, args []string) int {
 	// follow the run, and a short one must not report as failed a task
 	// that was stored.
 	pctx, pcancel := context.WithTimeout(ctx, publishTimeout)
-	ack, err := js.Publish(pctx, events.TaskSubject(task.Tenant), payload, jetstream.WithMsgID(task.TaskID))
+	ack, err := js.Publish(pctx, events.TaskSubject(task.Tenant), payload, jetstream.WithMsgID(taskMsgID(task.Tenant, task.TaskID)))
 	pcancel()
 	if err != nil {
 		return fail(e, "publish task: %v", notStored(err, fmt.Sprintf("submit the same task again with --task-id %s (its task id makes that safe)", task.TaskID)))
@@ -108,6 +108,13 @@ func runSubmit(ctx context.Context, e env, args []string) int {
 	}
 	return follow(ctx, e, j, events.RunFilter(task.Tenant, runID), *asJSON, *natsURL)
 }
+
+// taskMsgID is a task's Nats-Msg-Id: its tenant and task id. JetStream
+// deduplicates across the whole LOOPGATE_WORK stream, and the run id is of
+// tenant + task_id, so a bare task id would drop another tenant's task with
+// the same id as a duplicate of this one. Neither a tenant nor a task id
+// holds a '/', so no two tasks share one.
+func taskMsgID(tenant, taskID string) string { return tenant + "/" + taskID }
 
 // follow prints a run's events until it finishes or is rejected, and
 // returns the exit code its end deserves. When the run parks it says how

@@ -75,7 +75,7 @@ func submit(t *testing.T, up *client, scenario string) string {
 	task := events.Task{TaskID: "natsauth-" + scenario, Tenant: tenant, Agent: sc.Agent, Input: input, DryRun: sc.DryRun,
 		Principal: events.Principal{ID: "dev@cityops", Roles: []string{"operator"}}}
 	payload, _ := json.Marshal(task)
-	if _, err := up.js.Publish(t.Context(), events.TaskSubject(tenant), payload, jetstream.WithMsgID(task.TaskID)); err != nil {
+	if _, err := up.js.Publish(t.Context(), events.TaskSubject(tenant), payload, jetstream.WithMsgID(tenant+"/"+task.TaskID)); err != nil {
 		t.Fatalf("submit %s as upstream: %v", scenario, err)
 	}
 	return events.RunID(tenant, task.TaskID)
