@@ -41,9 +41,15 @@ func runAudit(ctx context.Context, e env, args []string) int {
 		fs.Usage()
 		return exitError
 	}
-	if runID == "" || !events.ValidToken(runID) {
+	if runID == "" {
 		fs.Usage()
 		return exitError
+	}
+	if !events.ValidToken(runID) {
+		return fail(e, "audit: run id %q is not a run id (1 to 64 letters, digits, '_' or '-')", runID)
+	}
+	if *tenant != "" && !events.ValidToken(*tenant) {
+		return fail(e, "audit: --tenant %q is not a valid subject token", *tenant)
 	}
 	filter := events.AnyTenantRunFilter(runID)
 	if *tenant != "" {
@@ -55,6 +61,13 @@ func runAudit(ctx context.Context, e env, args []string) int {
 	}
 	defer nc.Close()
 	if *follow_ {
+		// A run id with no events (a typo, another tenant's --tenant)
+		// would be followed, silent, for ever.
+		if _, ok, err := j.LastOn(ctx, filter); err != nil {
+			return fail(e, "read run %s: %v", runID, err)
+		} else if !ok {
+			return fail(e, "run %s has no events (a task still queued has none yet: follow it once a worker started it)", runID)
+		}
 		return follow(ctx, e, j, filter, *asJSON, *natsURL)
 	}
 	evs, err := j.Replay(ctx, filter)

@@ -413,6 +413,19 @@ func (j *Journal) Last(ctx context.Context, tenant, runID string) (e events.Even
 	return e, true, nil
 }
 
+// LastOn reports the stream seq of the last event on filter (a filter as
+// Replay takes), with one message get; ok is false when none matches.
+func (j *Journal) LastOn(ctx context.Context, filter string) (seq uint64, ok bool, err error) {
+	m, err := j.events.GetLastMsgForSubject(ctx, filter)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("journal: last event on %s: %w", filter, err)
+	}
+	return m.Sequence, true, nil
+}
+
 // maxTailGets is the most events Load reads with one message-get each;
 // beyond it, a consumer costs less.
 const maxTailGets = 32

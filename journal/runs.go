@@ -300,6 +300,12 @@ func (j *Journal) Runs(ctx context.Context, tenant string) ([]RunRecord, error) 
 				bad = append(bad, fmt.Errorf("journal: runs projection: record %s (revision %d) is not a run record: %w", e.Key(), e.Revision(), err))
 				continue
 			}
+			if e.Key() != r.Tenant+"."+r.RunID {
+				// JSON, but not this key's run ({} or null, a foreign
+				// writer): a caller reading the run would fail on it.
+				bad = append(bad, fmt.Errorf("journal: runs projection: record %s (revision %d) is not a run record: it names run %q of tenant %q", e.Key(), e.Revision(), r.RunID, r.Tenant))
+				continue
+			}
 			out = append(out, r)
 		}
 	}
