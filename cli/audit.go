@@ -61,12 +61,13 @@ func runAudit(ctx context.Context, e env, args []string) int {
 	}
 	defer nc.Close()
 	if *follow_ {
-		// A run id with no events (a typo, another tenant's --tenant)
-		// would be followed, silent, for ever.
+		// A run id with no events is followed all the same (its task may
+		// be queued still), but not in silence: it may be a typo, or
+		// another tenant's run under --tenant.
 		if _, ok, err := j.LastOn(ctx, filter); err != nil {
 			return fail(e, "read run %s: %v", runID, err)
 		} else if !ok {
-			return fail(e, "run %s has no events (a task still queued has none yet: follow it once a worker started it)", runID)
+			fmt.Fprintf(e.stderr, "run %s has no events yet (a task still queued, or a wrong run id or --tenant); waiting for them\n", runID)
 		}
 		return follow(ctx, e, j, filter, *asJSON, *natsURL)
 	}
