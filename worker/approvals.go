@@ -307,10 +307,11 @@ func (p *Pool) decideSafely(ctx context.Context, msg approvalMsg) (o outcome, re
 	return retry, ""
 }
 
-// undecidedSafely is undecided, turning a panic into a logged drop. The
+// undecidedSafely is undecided, turning a panic into a logged drop: the
 // bug that failed every decision of the message may be met again
-// recording it; uncaught, it would end the process, and from the
-// max-deliveries advisory (decideDeadLetter) every pool's at once.
+// recording it, and uncaught it would end the process. (On the
+// max-deliveries advisory, decideDeadLetter, the advisory's callback
+// catches it.)
 func (p *Pool) undecidedSafely(ctx context.Context, msg approvalMsg) (o outcome, reason string) {
 	defer func() {
 		if v := recover(); v != nil {
@@ -389,7 +390,6 @@ func recorded(evs []events.Event, seq uint64) (approved, rejected bool) {
 // (reading each one's message back from LOOPGATE_APPROVALS), or 0. Only
 // messages other than seq count.
 func (p *Pool) decidedBySignature(ctx context.Context, evs []events.Event, callID, signature string, seq uint64) (int, error) {
-	var stream jetstream.Stream
 	for i := range evs {
 		e := &evs[i]
 		if e.Type != events.TypeApproved || e.CallID != callID {
@@ -399,13 +399,7 @@ func (p *Pool) decidedBySignature(ctx context.Context, evs []events.Event, callI
 		if e.Decode(&d) != nil || d.ApprovalSeq == 0 || d.ApprovalSeq == seq {
 			continue
 		}
-		if stream == nil {
-			var err error
-			if stream, err = p.js.Stream(ctx, journal.StreamApprovals); err != nil {
-				return 0, err
-			}
-		}
-		raw, err := stream.GetMsg(ctx, d.ApprovalSeq)
+		raw, err := p.approvalMsgs.GetMsg(ctx, d.ApprovalSeq)
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			continue
 		}

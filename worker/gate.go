@@ -289,14 +289,10 @@ func (r *run) expire(ctx context.Context, c *events.CallState) error {
 // One that cannot be decided now is left to its handler, and the expiry
 // goes on: it is what happened before this check.
 func (p *Pool) decideArrivedInTime(ctx context.Context, tenant, runID, callID string, expiresAt time.Time) error {
-	stream, err := p.js.Stream(ctx, journal.StreamApprovals)
-	if err != nil {
-		return err
-	}
 	subject := events.ApprovalSubject(tenant, runID, callID)
 	var trail []events.Event
 	for seq := uint64(1); ; {
-		m, err := stream.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subject))
+		m, err := p.approvalMsgs.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subject))
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			return nil
 		}

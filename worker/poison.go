@@ -129,12 +129,7 @@ func (u unsubscribers) Unsubscribe() error {
 // cannot decide is recorded as undecided. Without it the message would
 // stay in the stream, its run saying nothing of it.
 func (p *Pool) decideDeadLetter(ctx context.Context, a maxDeliveriesAdvisory) {
-	stream, err := p.js.Stream(ctx, journal.StreamApprovals)
-	if err != nil {
-		p.log.WarnContext(ctx, "dead-letter: approvals stream", "err", err)
-		return
-	}
-	raw, err := stream.GetMsg(ctx, a.StreamSeq)
+	raw, err := p.approvalMsgs.GetMsg(ctx, a.StreamSeq)
 	if err != nil {
 		p.log.WarnContext(ctx, "dead-letter: read approval message", "stream_seq", a.StreamSeq, "err", err)
 		return
@@ -142,7 +137,7 @@ func (p *Pool) decideDeadLetter(ctx context.Context, a maxDeliveriesAdvisory) {
 	msg := approvalMsg{subject: raw.Subject, data: raw.Data, seq: raw.Sequence, received: raw.Time, deliveries: a.Deliveries}
 	p.log.WarnContext(ctx, "approval message ran out of deliveries; deciding it once more", "subject", raw.Subject, "approval_seq", raw.Sequence, "deliveries", a.Deliveries)
 	if o, _ := p.decideSafely(ctx, msg); o == retry || o == unavailable {
-		p.undecidedSafely(ctx, msg)
+		p.undecided(ctx, msg) // a panic in it is the advisory callback's to catch
 	}
 }
 
