@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/loopgate/loopgate/events"
 	"github.com/loopgate/loopgate/internal/natstest"
 	"github.com/loopgate/loopgate/journal"
 )
@@ -60,5 +61,32 @@ func TestRunsListsTheOthersBesideARecordThatIsNoRunRecord(t *testing.T) {
 	code, out, stderr := run(t, "", "runs", "--nats", env.Server.ClientURL())
 	if code != exitOK || !strings.Contains(out, "good-1") || !strings.Contains(stderr, "cityops.junk-1") {
 		t.Errorf("runs: exit %d, want %d listing good-1 and naming the record cityops.junk-1\nstdout:\n%s\nstderr:\n%s", code, exitOK, out, stderr)
+	}
+}
+
+// A run the projection says is running whose last message on its subjects
+// is not an event (a foreign publisher's) failed the whole listing, every
+// other run unshown. It is now listed as its record says and named.
+func TestRunsListsTheOthersBesideARunWhoseLastEventIsNoEvent(t *testing.T) {
+	t.Parallel()
+	env := natstest.Start(t)
+	ctx := t.Context()
+	kv, err := env.JS.KeyValue(ctx, journal.BucketRuns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	for _, id := range []string{"good-1", "bad-1"} {
+		rec, _ := json.Marshal(journal.RunRecord{RunID: id, Tenant: "cityops", TaskID: "t-" + id, Agent: "a", Status: journal.RunRunning, LastSeq: 1, Updated: now})
+		if _, err := kv.Put(ctx, "cityops."+id, rec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := env.JS.Publish(ctx, events.EventSubject("cityops", "bad-1", events.TypeProposed), []byte("not an event")); err != nil {
+		t.Fatal(err)
+	}
+	code, out, stderr := run(t, "", "runs", "--nats", env.Server.ClientURL())
+	if code != exitOK || !strings.Contains(out, "good-1") || !strings.Contains(out, "bad-1") || !strings.Contains(stderr, "bad-1") {
+		t.Errorf("runs: exit %d, want %d listing good-1 and bad-1 and naming bad-1's last event\nstdout:\n%s\nstderr:\n%s", code, exitOK, out, stderr)
 	}
 }

@@ -4,12 +4,14 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"maps"
 	"slices"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -70,9 +72,13 @@ func runRunsList(ctx context.Context, e env, args []string) int {
 		// Some records did not decode: say which, list the others.
 		fmt.Fprintf(e.stderr, "loopgate: runs: %v\n", err)
 	}
-	runs, err := checkWithEvents(ctx, j, recs)
+	runs, undecoded, err := checkWithEvents(ctx, j, recs)
 	if err != nil {
 		return fail(e, "runs: %v", cmp.Or(refusal(nc, err), err))
+	}
+	for _, err := range undecoded {
+		// Listed as its record says; the operator learns which run to audit.
+		fmt.Fprintf(e.stderr, "loopgate: runs: %v (listed as its record says)\n", err)
 	}
 	runs = slices.DeleteFunc(runs, func(r listedRun) bool {
 		return (*status != "" && r.Status != *status) || (*reason != "" && r.Reason != *reason)
@@ -103,9 +109,13 @@ type listedRun struct {
 // checkWithEvents reads the last event of each run the projection does
 // not say is finished (one message get each, a few at a time) and takes
 // the run's status, last seq and last change from it. A finished record
-// is final: a run's finish is its last event.
-func checkWithEvents(ctx context.Context, j *journal.Journal, recs []journal.RunRecord) ([]listedRun, error) {
-	out := make([]listedRun, len(recs))
+// is final: a run's finish is its last event. A run whose last event is
+// not a valid event (written by a foreign publisher) keeps its record's
+// status and is returned in undecoded, so that one bad message names its
+// run rather than failing the whole listing; any other error fails it.
+func checkWithEvents(ctx context.Context, j *journal.Journal, recs []journal.RunRecord) (out []listedRun, undecoded []error, err error) {
+	out = make([]listedRun, len(recs))
+	var mu sync.Mutex
 	g, ctx := errgroup.WithContext(ctx)
 	g.SetLimit(16)
 	for i, rec := range recs {
@@ -115,6 +125,12 @@ func checkWithEvents(ctx context.Context, j *journal.Journal, recs []journal.Run
 		}
 		g.Go(func() error {
 			ev, ok, err := j.Last(ctx, rec.Tenant, rec.RunID)
+			if de := (*journal.DecodeError)(nil); errors.As(err, &de) {
+				mu.Lock()
+				undecoded = append(undecoded, err)
+				mu.Unlock()
+				return nil
+			}
 			if err != nil || !ok {
 				return err
 			}
@@ -127,7 +143,9 @@ func checkWithEvents(ctx context.Context, j *journal.Journal, recs []journal.Run
 			return nil
 		})
 	}
-	return out, g.Wait()
+	err = g.Wait()
+	slices.SortFunc(undecoded, func(a, b error) int { return strings.Compare(a.Error(), b.Error()) })
+	return out, undecoded, err
 }
 
 // statusOf is the status a run is in after its event ev, and the reason
