@@ -5,11 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/loopgate/loopgate/events"
+	"github.com/loopgate/loopgate/internal/wait"
 	"github.com/loopgate/loopgate/journal"
 )
 
@@ -163,6 +166,104 @@ func (p *Pool) deadLetter(ctx context.Context, a maxDeliveriesAdvisory) {
 	}
 	o, reason := try()
 	p.waitOutOutage(ctx, "a work message out of deliveries", fmt.Sprintf("%s seq %d", journal.StreamWork, a.StreamSeq), o, reason, try)
+}
+
+// strandedSweepEvery is how often a pool looks for work messages out of
+// deliveries that no advisory told any pool of (sweepStranded), and
+// strandedRecheck how long a message found must stay before it is buried.
+const (
+	strandedSweepEvery = time.Minute
+	strandedRecheck    = 10 * time.Second
+)
+
+// sweepStranded dead-letters, when the pool starts and then every
+// strandedSweepEvery until ctx ends, the work messages that ran out of
+// deliveries while no pool listened. The max-deliveries advisory is core
+// NATS, sent once, when the last delivery's ack deadline passes: a single
+// process killed on a message's last delivery and started again after
+// that deadline, or one stopping (Stop unsubscribes from the advisories
+// first), is told of it by nobody. JetStream never delivers such a message
+// again and keeps it in the work queue, and its run would look running
+// for ever with nothing to drive it. Such a message is one the work
+// stream still holds that the consumer is done with (strandedSeqs): what
+// is acknowledged or terminated is removed from a work queue.
+func (p *Pool) sweepStranded(ctx context.Context, cons jetstream.Consumer) {
+	for {
+		p.buryStranded(ctx, cons)
+		if wait.For(ctx, strandedSweepEvery) != nil {
+			return
+		}
+	}
+}
+
+// buryStranded dead-letters the messages strandedSeqs finds, if they are
+// still there strandedRecheck later: on a cluster, an acknowledged
+// message's removal is a write of the stream's own, which can come a
+// moment after the consumer's ack floor passed it.
+func (p *Pool) buryStranded(ctx context.Context, cons jetstream.Consumer) {
+	first, err := p.strandedSeqs(ctx, cons)
+	if err != nil || len(first) == 0 {
+		if err != nil && ctx.Err() == nil {
+			p.log.DebugContext(ctx, "look for work messages out of deliveries", "err", err)
+		}
+		return
+	}
+	if wait.For(ctx, strandedRecheck) != nil {
+		return
+	}
+	again, err := p.strandedSeqs(ctx, cons)
+	if err != nil {
+		return
+	}
+	for _, seq := range again {
+		if !slices.Contains(first, seq) || ctx.Err() != nil {
+			continue
+		}
+		p.log.WarnContext(ctx, "dead-letter: work message out of deliveries that no pool was told of; stopping its run", "stream_seq", seq)
+		p.deadLetter(ctx, maxDeliveriesAdvisory{Stream: journal.StreamWork, Consumer: journal.ConsumerWorkers, StreamSeq: seq, Deliveries: uint64(p.maxDeliver)})
+	}
+}
+
+// strandedSeqs returns the stream sequences of the work messages (tasks
+// and wake-ups, not the schedules the stream also holds) that the workers
+// consumer is done with: at or below its ack floor, or, when it has no
+// message in flight at all, delivered. (JetStream does not move the ack
+// floor past a message given up until a later acknowledgement does: a
+// quiet queue would keep it below for ever.)
+func (p *Pool) strandedSeqs(ctx context.Context, cons jetstream.Consumer) ([]uint64, error) {
+	info, err := cons.Info(ctx)
+	if err != nil {
+		return nil, err
+	}
+	floor := info.AckFloor.Stream
+	if info.NumAckPending == 0 {
+		floor = max(floor, info.Delivered.Stream)
+	}
+	if floor == 0 {
+		return nil, nil
+	}
+	stream, err := p.js.Stream(ctx, journal.StreamWork)
+	if err != nil {
+		return nil, err
+	}
+	var seqs []uint64
+	for _, filter := range []string{events.TasksPrefix + ".*", events.ResumePrefix + ".*.*"} {
+		for seq := uint64(1); seq <= floor; {
+			m, err := stream.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(filter))
+			if errors.Is(err, jetstream.ErrMsgNotFound) {
+				break
+			}
+			if err != nil {
+				return nil, err
+			}
+			if m.Sequence > floor {
+				break
+			}
+			seqs = append(seqs, m.Sequence)
+			seq = m.Sequence + 1
+		}
+	}
+	return seqs, nil
 }
 
 // bury stops the run of the work message at stream seq, out of

@@ -295,6 +295,9 @@ func (p *Pool) Start(ctx context.Context) error {
 	p.approvalIter, p.stopTaking, p.cancel, p.started = aiter, stopTaking, cancel, true
 	p.projection = newProjector(p.journal.PutRuns, p.log)
 	go p.projection.run(runCtx)
+	// Work messages that ran out of deliveries while no pool listened for
+	// their advisory (see sweepStranded): until the pool stops taking work.
+	go p.sweepStranded(taking, cons)
 	for range p.opts.Workers {
 		p.wg.Go(func() { p.consume(runCtx, taking, cons) })
 	}
