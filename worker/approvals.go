@@ -460,8 +460,10 @@ func (p *Pool) decide(ctx context.Context, msg approvalMsg) (outcome, string) {
 		// it ran out of deliveries (decideDeadLetter).
 		return settled, ""
 	}
-	r, err := p.newRun(st, last, st.Started.Task, st.Started.Limits)
-	if err != nil {
+	var r *run
+	if st.Finished != nil {
+		r = p.ender(st, last) // only to record the message's rejection
+	} else if r, err = p.newRun(st, last, st.Started.Task, st.Started.Limits); err != nil {
 		p.log.ErrorContext(ctx, "prepare run", "run_id", runID, "err", err)
 		return retry, err.Error()
 	}
@@ -484,6 +486,17 @@ func (p *Pool) decide(ctx context.Context, msg approvalMsg) (outcome, string) {
 	}
 	if m.RunID != runID || m.CallID != callID {
 		return reject(approvals.RejectInvalid, fmt.Sprintf("the message names run %s call %s, its subject run %s call %s", m.RunID, m.CallID, runID, callID), m, nil)
+	}
+	if st.Finished != nil {
+		// A run can end with a question pending (stopped as a poison
+		// message while parked): its entry stays pending, and listed.
+		// Nothing decides for a run that is over, and nothing but
+		// approval_rejected may follow its finished event: decided here,
+		// the answer would be an approved event after the run's end.
+		if spent {
+			return settled, "" // it decided a question before the end
+		}
+		return reject(approvals.RejectNotPending, fmt.Sprintf("the run has finished (%s): no question of it awaits a decision", st.Finished.Reason), m, nil)
 	}
 	c := st.Call(callID)
 	entry, rev, err := p.approvals.Get(ctx, runID, callID)

@@ -1,0 +1,72 @@
+package worker_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/loopgate/loopgate/approvals"
+	"github.com/loopgate/loopgate/events"
+	"github.com/loopgate/loopgate/journal"
+	trailcheck "github.com/loopgate/loopgate/trail"
+)
+
+// A parked run can finish with its question still pending: its wake-up
+// failed every delivery (here its agent profile was missing from a bad
+// config, as in TestARunWhoseProfileWasRemovedIsStoppedNotStranded) and
+// it was stopped as a poison message. Its entry stays pending, and
+// loopgate pending still lists it. Once the config is fixed, an approver
+// who answers it must get approval_rejected, the one event allowed after
+// finished, not an approved event appended after the run's end (a trail
+// trail.Check calls broken, an approval of a run that is over).
+func TestWakeAnAnswerToAQuestionOfAStoppedRunIsRejected(t *testing.T) {
+	t.Parallel()
+	o := oneDraft(t, "drafted")
+	o.layout = journal.Layout{MaxDeliver: 2, AckWait: 300 * time.Millisecond}
+	o.retry = 20 * time.Millisecond
+	b := setup(t, o)
+	runID, q := draftRun(t, b, "wake-stopped-1")
+
+	// A bad config deploy: the profile is gone, and a wake-up of the
+	// parked run stops it.
+	b.stopPool()
+	profile := b.cfg.Agents["one-draft"]
+	delete(b.cfg.Agents, "one-draft")
+	b.startPool()
+	if _, err := b.env.JS.Publish(t.Context(), events.ResumeSubject("cityops", runID), nil); err != nil {
+		t.Fatal(err)
+	}
+	b.waitEnd(runID)
+	consumerSettled(t, b, journal.StreamWork, journal.ConsumerWorkers)
+	if e := pendingEntry(t, b, runID, "s1c1"); !e.Pending() {
+		t.Fatalf("entry %+v: the test wants the stopped run's question still pending", e)
+	}
+
+	// The config is fixed; the approver answers the question still listed.
+	b.stopPool()
+	b.cfg.Agents["one-draft"] = profile
+	b.startPool()
+	b.publishApproval(runID, "s1c1", q.ArgsHash, "approve", "supervisor@cityops", "late but fine")
+	b.waitFor(runID, "answer after the end", func(e events.Event) bool {
+		return e.Type == events.TypeApproved || e.Type == events.TypeApprovalRejected
+	})
+	consumerSettled(t, b, journal.StreamApprovals, journal.ConsumerApprovals)
+	consumerSettled(t, b, journal.StreamWork, journal.ConsumerWorkers)
+
+	evs, _, err := b.env.Journal.Load(t.Context(), "cityops", runID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	assertTrail(t, evs, []string{"started", "proposed", "validated:ok(draft_escalation)", "approval_requested(draft_escalation)", "parked",
+		"finished:error", "approval_rejected:" + approvals.RejectNotPending + "(draft_escalation)"})
+	c := trailcheck.New("cityops", runID)
+	for i, e := range evs {
+		c.Add(trailcheck.Stored{Event: e, StreamSeq: uint64(i + 1), Subject: events.EventSubject("cityops", runID, e.Type), MsgID: fmt.Sprintf("%s/%d", runID, e.Seq)})
+	}
+	if v := c.Verdict(); len(v.Problems) > 0 {
+		t.Errorf("trail.Check: %+v", v.Problems)
+	}
+	if files := outboxFiles(t, b.outbox); len(files) != 0 {
+		t.Errorf("drafts written for a stopped run: %v", files)
+	}
+}
