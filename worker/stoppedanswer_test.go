@@ -19,7 +19,7 @@ import (
 // who answers it must get approval_rejected, the one event allowed after
 // finished, not an approved event appended after the run's end (a trail
 // trail.Check calls broken, an approval of a run that is over).
-func TestWakeAnAnswerToAQuestionOfAStoppedRunIsRejected(t *testing.T) {
+func TestAnAnswerToAQuestionOfAStoppedRunIsRejected(t *testing.T) {
 	t.Parallel()
 	o := oneDraft(t, "drafted")
 	o.layout = journal.Layout{MaxDeliver: 2, AckWait: 300 * time.Millisecond}
