@@ -19,7 +19,7 @@ import (
 // other pool while the first drives it: the appends of both drivers of a
 // run ride in their journals' batches. Every run must end as a lone driver
 // would have it, and every write must run once.
-func TestJrnlTwoGroupCommitPoolsRacingOnManyRuns(t *testing.T) {
+func TestTwoGroupCommitPoolsRacingOnManyRuns(t *testing.T) {
 	t.Parallel()
 	const runs = 12
 	var (

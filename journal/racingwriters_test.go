@@ -32,7 +32,7 @@ type jrnlCall struct {
 // be stored where it said, every failure must have stored nothing past
 // the seq it returned, the trails must be gapless, and each journal's
 // (cached) Load must equal a cold one.
-func TestJrnlRacingWritersOnGroupAndPlainJournalsKeepTheirWord(t *testing.T) {
+func TestRacingWritersOnGroupAndPlainJournalsKeepTheirWord(t *testing.T) {
 	t.Parallel()
 	env := natstest.Start(t)
 	js := []*journal.Journal{env.Journal, groupJournal(t, env, 2), groupJournal(t, env, 2)}
