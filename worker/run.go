@@ -267,7 +267,9 @@ func (r *run) propose(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return ctx.Err() // the worker is stopping: another will continue
 		}
-		if errors.Is(err, context.DeadlineExceeded) {
+		// Only the run's own deadline is the deadline: a model client's
+		// request timeout matches DeadlineExceeded too, and is a failure.
+		if errors.Is(err, context.DeadlineExceeded) && mctx.Err() != nil {
 			return r.finish(ctx, stop{events.ReasonDeadline, "the model did not answer within the run's active time budget"}, nil)
 		}
 		r.log.ErrorContext(ctx, "model failed", "step", step, "err", err)
