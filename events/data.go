@@ -185,7 +185,15 @@ type ValidatedData struct {
 	Permission     string          `json:"permission,omitempty"`
 	// Redacted: the arguments held sensitive values, replaced in the
 	// stored event (args_hash is still the hash of the real arguments).
+	// On a refusal (invalid_arguments) it says why: the stored proposal
+	// held only the masked arguments and the worker that knew the real
+	// ones is gone, so the refusal is loopgate's loss, not the model's
+	// mistake, and is no correction.
 	Redacted bool `json:"redacted,omitempty"`
+	// Idempotent: the tool's manifest declares that it dedupes by
+	// operation id, so an attempt whose outcome is unknown may be run
+	// again without asking anyone (trail.Check reads it).
+	Idempotent bool `json:"idempotent,omitempty"`
 }
 
 // DeniedData: policy refused a call.

@@ -245,9 +245,14 @@ func (s *RunState) Apply(e *Event) error {
 			return err
 		}
 		c.Validated = &d
-		if d.Status == ValidOK {
+		switch {
+		case d.Status == ValidOK:
 			s.Repeats[RepeatKey(c.Call.Tool, d.ArgsHash)]++
-		} else {
+		case d.Redacted:
+			// Refused because a crash lost the real arguments: the model
+			// made no mistake, so it is no correction.
+			s.Rejected++
+		default:
 			s.Rejected++
 			s.Corrections[c.Call.Tool]++
 		}
@@ -291,6 +296,14 @@ func (s *RunState) Apply(e *Event) error {
 		}
 		if d.Status == ExecToolFailed {
 			s.Quarantined[c.Call.Tool] = true
+		}
+		if d.Status == ExecArgsLost && c.Validated != nil && c.Validated.Status == ValidOK {
+			// A crash lost the arguments and the call never ran: the
+			// model is asked to propose it again, and that proposal is
+			// no repeat of its own.
+			if k := RepeatKey(c.Call.Tool, c.Validated.ArgsHash); s.Repeats[k] > 0 {
+				s.Repeats[k]--
+			}
 		}
 		c.Executed = append(c.Executed, d)
 	case TypeObserved:

@@ -49,6 +49,9 @@ type Call struct {
 	Observed          int
 	// Write: the call's tool is a write (its validated event says so).
 	Write bool
+	// Idempotent: the write's tool dedupes by operation id (its validated
+	// event says so), so an attempt whose outcome was lost may be run again.
+	Idempotent bool
 	// unsettled: an attempt of the write began and nothing has said yet
 	// whether it took effect.
 	unsettled bool
@@ -167,6 +170,7 @@ func (c *Check) call(e Stored) {
 		var d events.ValidatedData
 		if decode(&d) && d.Permission == string(tools.Write) {
 			call.Write = true
+			call.Idempotent = d.Idempotent
 		}
 	case events.TypeExecuting:
 		var d events.ExecutingData
@@ -180,7 +184,8 @@ func (c *Check) call(e Stored) {
 		call.Executing++
 		// A write is begun again only once something settled whether the
 		// attempt before took effect: its executed event (other than
-		// unknown), a reconcile, or a human's answer to the question.
+		// unknown, unless the tool is idempotent: it dedupes by operation
+		// id), a reconcile, or a human's answer to the question.
 		if call.Write && call.unsettled {
 			c.bad("write %s (%s): attempt %d (event %d) began while an earlier attempt's outcome was unknown", e.CallID, call.Tool, d.Attempt, e.Seq)
 		}
@@ -190,7 +195,7 @@ func (c *Check) call(e Stored) {
 		if !decode(&d) {
 			return
 		}
-		call.unsettled = d.Status == events.ExecUnknown
+		call.unsettled = d.Status == events.ExecUnknown && !call.Idempotent
 		switch {
 		case d.Status == events.ExecOK && d.Message == events.RecordedResultReused:
 			call.ReusedOK++

@@ -274,3 +274,55 @@ func mustJSON(t *testing.T, v any) json.RawMessage {
 	}
 	return b
 }
+
+// idempotent marks call's validated event as a tool that dedupes by
+// operation id, as loopgate records it from the tool's manifest.
+func idempotent(t *testing.T, evs []trail.Stored, call string) {
+	t.Helper()
+	i := slices.IndexFunc(evs, func(e trail.Stored) bool { return e.Type == events.TypeValidated && e.CallID == call })
+	var d events.ValidatedData
+	if err := json.Unmarshal(evs[i].Data, &d); err != nil {
+		t.Fatal(err)
+	}
+	d.Idempotent = true
+	evs[i].Data = mustJSON(t, d)
+}
+
+// A write of a tool that dedupes by operation id is run again right after
+// an attempt whose end was lost (its worker died after the side effect):
+// loopgate does so without a reconcile or a human, and the trail is sound.
+// An attempt begun over one that has no end at all is still a fault, and
+// a tool that is not idempotent still needs its outcome settled first.
+func TestAnIdempotentWriteRunAgainAfterAnUnknownOutcomeIsFine(t *testing.T) {
+	cases := []struct {
+		name       string
+		idempotent bool
+		first      string // how attempt 1 ended; "" for no executed
+		want       string // the problem, "" for none
+	}{
+		{"idempotent, unknown", true, events.ExecUnknown, ""},
+		{"idempotent, no end", true, "", "write s3c1 (draft_escalation): attempt 2 (event 18) began while an earlier attempt's outcome was unknown"},
+		{"not idempotent, unknown", false, events.ExecUnknown, "write s3c1 (draft_escalation): attempt 2 (event 19) began while an earlier attempt's outcome was unknown"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			evs := happyRun(t)
+			if tc.idempotent {
+				idempotent(t, evs, "s3c1")
+			}
+			evs = slices.Delete(evs, 16, 18) // s3c1's executing and executed
+			at := slices.Concat(attempt(t, evs[16], "s3c1", 1, tc.first), attempt(t, evs[16], "s3c1", 2, events.ExecOK))
+			v := check(renumber(slices.Insert(evs, 16, at...)))
+			got := strings.Join(v.Problems, "\n")
+			switch {
+			case tc.want == "" && got != "":
+				t.Errorf("problems:\n%s\nwant none", got)
+			case tc.want != "" && !strings.Contains(got, tc.want):
+				t.Errorf("problems:\n%s\nwant one containing %q", got, tc.want)
+			}
+			if c := v.Calls["s3c1"]; c.Executing != 2 || c.TookEffect() != 1 {
+				t.Errorf("s3c1: %+v, want 2 attempts, one effect", *c)
+			}
+		})
+	}
+}

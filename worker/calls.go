@@ -80,7 +80,7 @@ func (r *run) runCalls(ctx context.Context) error {
 			if c.Call.Redacted && !r.fresh[c.Call.ID] {
 				// Validating the stored placeholders would run the tool
 				// with them, an approver approving them unawares.
-				v = &events.ValidatedData{Status: events.InvalidArguments, Errors: []events.FieldError{{Field: "",
+				v = &events.ValidatedData{Status: events.InvalidArguments, Redacted: true, Errors: []events.FieldError{{Field: "",
 					Message: "the arguments held sensitive values, which loopgate never stores, and the worker that knew them is gone: propose the call again"}}}
 			} else {
 				v = r.validate(c.Call)
@@ -223,6 +223,7 @@ func (r *run) validate(call events.ToolCall) *events.ValidatedData {
 		ArgsHash:   hash,
 		Permission: string(t.Manifest().Permission),
 		Redacted:   redacted,
+		Idempotent: t.Manifest().Idempotent,
 	}
 }
 
