@@ -61,7 +61,7 @@ func nextAction(c *events.CallState, m tools.Manifest, dryRun, tainted bool) act
 	last := c.LastExecuted()
 	switch last.Status {
 	case events.ExecTransient:
-		if n := notRun(c); c.Attempts()-n < maxAttempts && n <= maxNotRun {
+		if n := notRun(c); c.Attempts()-n < maxAttempts && n < maxNotRun {
 			return actRetry
 		}
 	case events.ExecTimeout, events.ExecUnknown:
