@@ -35,10 +35,12 @@ var ErrBatchUnsupported = errors.New("journal: " + StreamEvents + " does not all
 // refusing it for batchTries attempts: most often because too many batches
 // were open (by default 50 per stream and 1000 per server: the server
 // configuration's jetstream { limits { batch { max_inflight_per_stream,
-// max_inflight_total } } }), or because a message of it was lost. Nothing
+// max_inflight_total } } }), or because a message of it was lost; or it
+// refused it once for holding more messages than the server's batch
+// max_msgs, which no retry changes. Nothing
 // was stored: the run is where it was, and a caller that does not need
 // the events stored all-or-nothing can Append them instead.
-var ErrBatchRefused = errors.New("journal: atomic batch refused (too many batches open, or one lost); nothing stored")
+var ErrBatchRefused = errors.New("journal: atomic batch refused (too many batches open, one lost, or over the server's max_msgs); nothing stored")
 
 // Headers of JetStream's atomic batch publish (nats-server 2.12+). nats.go
 // has no API for it.
@@ -160,7 +162,9 @@ func (j *Journal) appendBatch(ctx context.Context, lastStreamSeq uint64, evs []e
 		// duplicate, so a retry lands here, as does a stale expectation.
 		// Only the events stored after lastStreamSeq tell them apart.
 		return j.resolveBatch(ctx, last, filter, msgs, evs, stored, err)
-	case isAPIError(err, codeBatchIncomplete, codeBatchTooManyOpen):
+	case isAPIError(err, codeBatchIncomplete, codeBatchTooManyOpen, codeBatchTooLarge):
+		// Too large: the server's batch max_msgs is below len(evs), and
+		// will refuse it however often it is tried; one by one it goes.
 		return last, fmt.Errorf("journal: append batch of %d events of run %s/%s: %w: %w", len(evs), tenant, runID, ErrBatchRefused, err)
 	case isAPIError(err, codeBatchDisabled):
 		j.atomic.Store(false)

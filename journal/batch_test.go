@@ -511,3 +511,27 @@ func TestABatchRefusedForTooManyOpenBatchesStoresNothing(t *testing.T) {
 	last = mustAppend(t, j, last, evs[1:]...)
 	wantRun(t, j, "acme", "run-1", evs, last)
 }
+
+// A server whose jetstream { limits { batch { max_msgs } } } is below a
+// step's event count refuses the batch at its commit (10199), every time.
+// AppendBatch reports that as ErrBatchRefused, which the worker answers by
+// appending the events one by one, and stores nothing; it used to be an
+// error of its own, met again on every try of the step.
+func TestABatchOverTheServersMaxMsgsIsRefusedAndStoresNothing(t *testing.T) {
+	t.Parallel()
+	env := natstest.StartWith(t, natstest.Options{SyncInterval: "2m", BatchMaxMsgs: 2})
+	j := env.Journal
+	evs := trail("acme", "run-1", 1, 4)
+	last := mustAppend(t, j, 0, evs[0])
+	msgs, lastSeq := streamMsgs(t, env)
+
+	_, err := j.AppendBatch(t.Context(), last, evs[1:]...)
+	if !errors.Is(err, journal.ErrBatchRefused) {
+		t.Fatalf("AppendBatch of 3 events, max_msgs 2: %v, want ErrBatchRefused", err)
+	}
+	if m, l := streamMsgs(t, env); m != msgs || l != lastSeq {
+		t.Fatalf("a refused batch stored messages: %d → %d (last seq %d → %d)", msgs, m, lastSeq, l)
+	}
+	last = mustAppend(t, j, last, evs[1:]...)
+	wantRun(t, j, "acme", "run-1", evs, last)
+}

@@ -59,6 +59,9 @@ type options struct {
 	clock    func() time.Time // the pools' clock (time.Now when nil)
 	// maxFileStore caps the server's JetStream disk use (not with cluster).
 	maxFileStore int64
+	// batchMaxMsgs caps an atomic batch's messages on the server (its
+	// jetstream { limits { batch { max_msgs } } }; not with cluster).
+	batchMaxMsgs int
 	retry        time.Duration // the pool's redelivery delay after an error
 	// projectionAckWait is the pool's ProjectionAckWait (30s when zero).
 	projectionAckWait time.Duration
@@ -107,7 +110,7 @@ func setup(t testing.TB, o options) *bundle {
 		}
 		env = &natstest.Env{Conn: cluster.Conn, JS: js, Journal: j}
 	} else {
-		env = natstest.StartWith(t, natstest.Options{Layout: o.layout, MaxFileStore: o.maxFileStore})
+		env = natstest.StartWith(t, natstest.Options{Layout: o.layout, MaxFileStore: o.maxFileStore, BatchMaxMsgs: o.batchMaxMsgs})
 	}
 	cfg, err := config.Load(cityops.Files, cityops.ConfigFile)
 	if o.configFile != "" {

@@ -177,7 +177,8 @@ func (p *Pool) warnBatchRefused(ctx context.Context, err error) {
 		return
 	}
 	p.log.WarnContext(ctx, "atomic batch refused; appending the step's events one by one. "+
-		"Raise the servers' jetstream { limits { batch { max_inflight_per_stream } } } (default 50) above the workers of all pools together",
+		"Raise the servers' jetstream { limits { batch { max_inflight_per_stream } } } (default 50) above the workers of all pools together, "+
+		"and keep its max_msgs (default 1000) above a step's events",
 		"err", err)
 }
 

@@ -261,42 +261,55 @@ func TestBudgetsStopTheRunBeforeTheModelCallThatWouldExceedThem(t *testing.T) {
 }
 
 // TestRefusedBatchesAreAppendedOneByOne: a pool that batches a step's
-// events, on a stream whose limit of open batches (50 by default) other
-// writers hold, has every batch refused; it appends the events one by one
-// instead, and the happy path ends as always. (At 256 runs in flight on a
-// 3-server cluster, refused batches used to interrupt the run: the next
-// worker found the step's tool call unfinished and ran it again.)
+// events has every batch refused; it appends the events one by one
+// instead, and the happy path ends as always. Two causes: a stream whose
+// limit of open batches (50 by default) other writers hold (at 256 runs in
+// flight on a 3-server cluster, refused batches used to interrupt the run:
+// the next worker found the step's tool call unfinished and ran it
+// again), and a server whose batch max_msgs is below a step's event count
+// (that refusal used to be met again on every try of the step).
 func TestRefusedBatchesAreAppendedOneByOne(t *testing.T) {
 	t.Parallel()
-	b := setup(t, options{batch: true})
-	for i := range 50 {
-		m := &nats.Msg{Subject: events.EventSubject("other", fmt.Sprintf("open-%d", i), events.TypeStarted), Data: []byte(`{}`), Header: nats.Header{}}
-		m.Header.Set("Nats-Batch-Id", fmt.Sprintf("open-%d", i))
-		m.Header.Set("Nats-Batch-Sequence", "1")
-		if err := b.env.Conn.PublishMsg(m); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := b.env.Conn.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	runID := b.submit(task("refused-batches", "escalation-assistant"))
-	b.autoApprove(runID, "supervisor@cityops", "approve", "")
-	evs := b.waitEnd(runID)
-	assertTrail(t, evs, happyTrail())
-	if got := len(outboxFiles(t, b.outbox)); got != 3 {
-		t.Errorf("%d drafts in the outbox, want 3", got)
-	}
-	logs := b.logs.String()
-	if !strings.Contains(logs, "atomic batch refused; appending") {
-		t.Errorf("no batch was refused, so the test tested nothing; log:\n%s", logs)
-	}
-	if strings.Contains(logs, "run interrupted") {
-		t.Errorf("a refused batch interrupted the run; log:\n%s", logs)
-	}
-	for _, e := range evs {
-		if e.Type == events.TypeExecuted && !strings.Contains(string(e.Data), `"status":"ok"`) {
-			t.Errorf("executed %s: %s, want every call ok and run once", e.Tool, e.Data)
-		}
+	for _, cause := range []string{"open batches", "max_msgs"} {
+		t.Run(cause, func(t *testing.T) {
+			t.Parallel()
+			o := options{batch: true}
+			if cause == "max_msgs" {
+				o.batchMaxMsgs = 2
+			}
+			b := setup(t, o)
+			if cause == "open batches" {
+				for i := range 50 {
+					m := &nats.Msg{Subject: events.EventSubject("other", fmt.Sprintf("open-%d", i), events.TypeStarted), Data: []byte(`{}`), Header: nats.Header{}}
+					m.Header.Set("Nats-Batch-Id", fmt.Sprintf("open-%d", i))
+					m.Header.Set("Nats-Batch-Sequence", "1")
+					if err := b.env.Conn.PublishMsg(m); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if err := b.env.Conn.Flush(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			runID := b.submit(task("refused-batches", "escalation-assistant"))
+			b.autoApprove(runID, "supervisor@cityops", "approve", "")
+			evs := b.waitEnd(runID)
+			assertTrail(t, evs, happyTrail())
+			if got := len(outboxFiles(t, b.outbox)); got != 3 {
+				t.Errorf("%d drafts in the outbox, want 3", got)
+			}
+			logs := b.logs.String()
+			if !strings.Contains(logs, "atomic batch refused; appending") {
+				t.Errorf("no batch was refused, so the test tested nothing; log:\n%s", logs)
+			}
+			if strings.Contains(logs, "run interrupted") {
+				t.Errorf("a refused batch interrupted the run; log:\n%s", logs)
+			}
+			for _, e := range evs {
+				if e.Type == events.TypeExecuted && !strings.Contains(string(e.Data), `"status":"ok"`) {
+					t.Errorf("executed %s: %s, want every call ok and run once", e.Tool, e.Data)
+				}
+			}
+		})
 	}
 }
