@@ -71,6 +71,12 @@ type Approver struct {
 // entry's state is its decision.
 const StatePending = "pending"
 
+// StateWithdrawn is the state of an entry whose run ended with the
+// question unanswered (it was stopped, say as a poison message): there is
+// nothing left to decide, so it is no longer listed as pending, and an
+// answer to it is rejected not_pending.
+const StateWithdrawn = "withdrawn"
+
 // Entry is the state of one gated call in loopgate_approvals, key
 // <run_id>.<call_id>.
 type Entry struct {

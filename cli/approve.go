@@ -120,6 +120,9 @@ func decide(ctx context.Context, e env, verb string, args []string) int {
 		if entry.DecidedBy != "" {
 			by = " by " + printable(entry.DecidedBy)
 		}
+		if entry.State == approvals.StateWithdrawn {
+			return fail(e, "%s: run %s call %s is not pending: withdrawn%s, its run ended unanswered; nothing sent", verb, runID, callID, when)
+		}
 		return fail(e, "%s: run %s call %s is not pending: already decided %s%s%s; nothing sent", verb, runID, callID, entry.State, by, when)
 	}
 	if *tenant != "" && *tenant != entry.Tenant {

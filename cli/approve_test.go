@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -381,6 +382,38 @@ func TestAuditCountsParkedTimeApartFromActiveTime(t *testing.T) {
 	}
 	if strings.Contains(out.String(), "parked now") {
 		t.Errorf("a finished run is reported parked:\n%s", out.String())
+	}
+}
+
+// A run stopped while it waited for a human (a poison message) ended
+// with its question unanswered: the audit says so, not "still pending",
+// which would send an approver to answer a run that is over.
+func TestAuditOfARunThatEndedUnansweredSaysSo(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2026, 1, 2, 10, 0, 0, 0, time.UTC)
+	ev := func(seq int, at time.Duration, typ events.Type, call string, data any) events.Event {
+		b, _ := json.Marshal(data)
+		return events.Event{Seq: uint64(seq), RunID: "r", Tenant: "t", Type: typ, Time: t0.Add(at), CallID: call, Data: b}
+	}
+	parkedTrail := []events.Event{
+		ev(1, 0, events.TypeStarted, "", events.StartedData{}),
+		ev(2, 100*time.Millisecond, events.TypeApprovalRequested, "s1c1", events.ApprovalRequestedData{Kind: "approval", Tool: "draft_escalation"}),
+		ev(3, 200*time.Millisecond, events.TypeParked, "", events.ParkedData{Awaiting: []string{"s1c1"}}),
+	}
+	for _, tc := range []struct {
+		name string
+		evs  []events.Event
+		want string
+	}{
+		{"parked", parkedTrail, "s1c1   draft_escalation   still pending"},
+		{"stopped", append(slices.Clone(parkedTrail), ev(4, time.Minute, events.TypeFinished, "", events.FinishedData{Reason: events.ReasonError, Detail: "poison"})),
+			"s1c1   draft_escalation   unanswered: the run ended (the question is withdrawn)"},
+	} {
+		var out bytes.Buffer
+		summarize(&out, tc.evs, t0.Add(time.Hour))
+		if !strings.Contains(out.String(), tc.want) {
+			t.Errorf("%s: summary lacks %q:\n%s", tc.name, tc.want, out.String())
+		}
 	}
 }
 

@@ -80,3 +80,40 @@ func TestApproveDoesNotSendToARoundItDidNotShow(t *testing.T) {
 			info.State.Msgs, code, out.String(), errOut.String())
 	}
 }
+
+// approve of a question withdrawn because its run ended unanswered says
+// so and sends nothing.
+func TestApproveOfAWithdrawnQuestionSendsNothing(t *testing.T) {
+	t.Parallel()
+	env := natstest.Start(t)
+	ctx := t.Context()
+	kv, err := env.JS.KeyValue(ctx, journal.BucketApprovals)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const runID, callID = "withdrawn-1", "s1c1"
+	b, _ := json.Marshal(approvals.Entry{
+		State: approvals.StateWithdrawn, Kind: approvals.KindApproval, Round: 1, Tenant: "cityops",
+		RunID: runID, CallID: callID, Step: 1, Tool: "draft_escalation", Args: json.RawMessage(`{"request_id":"SR-1"}`),
+		ArgsHash: "sha256:abc", OperationID: "op-1", Principal: "dev@cityops",
+		RequestedAt: time.Now().UTC(), ExpiresAt: time.Now().Add(time.Hour).UTC(), DecidedAt: time.Now().UTC(),
+	})
+	if _, err := kv.Put(ctx, approvals.Key(runID, callID), b); err != nil {
+		t.Fatal(err)
+	}
+	code, _, errOut := run(t, "", "approve", runID, callID, "--as", "supervisor@cityops", "--key", exampleKeys+"supervisor@cityops.nk", "--yes", "--nats", env.Server.ClientURL())
+	if code != exitError || !strings.Contains(errOut, "is not pending: withdrawn at ") || !strings.Contains(errOut, "its run ended unanswered; nothing sent") {
+		t.Errorf("approve of a withdrawn question: exit %d: %s", code, errOut)
+	}
+	st, err := env.JS.Stream(ctx, journal.StreamApprovals)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != 0 {
+		t.Errorf("approve sent %d decision(s) to a withdrawn question", info.State.Msgs)
+	}
+}

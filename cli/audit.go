@@ -172,7 +172,10 @@ func summarize(w io.Writer, evs []events.Event, now time.Time) {
 		fmt.Fprintf(w, "\napprovals (%d gated calls):\n", len(calls))
 		awaiting := lastAwaiting(evs)
 		for _, g := range calls {
-			if len(g.story) == 0 || isParked && slices.Contains(awaiting, g.callID) {
+			switch {
+			case finished && len(g.story) == 0:
+				g.story = append(g.story, "unanswered: the run ended (the question is withdrawn)")
+			case len(g.story) == 0 || isParked && slices.Contains(awaiting, g.callID):
 				g.story = append(g.story, "still pending")
 			}
 			fmt.Fprintf(w, "  %-6s %-18s %s\n", g.callID, g.tool, strings.Join(g.story, "; "))

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/loopgate/loopgate/approvals"
 	"github.com/loopgate/loopgate/config"
 	"github.com/loopgate/loopgate/events"
 	"github.com/loopgate/loopgate/journal"
@@ -418,6 +419,12 @@ func (r *run) finish(ctx context.Context, s stop, final *events.FinalAnswer) err
 		}
 		r.remember(ctx, final)
 	}
+	var asked []*events.CallState // questions the run ends without an answer to
+	for _, c := range r.st.CurrentCalls {
+		if c.Awaiting() {
+			asked = append(asked, c)
+		}
+	}
 	err := r.append(ctx, events.TypeFinished, r.st.Steps, "", "", events.FinishedData{
 		Reason: s.reason,
 		Detail: s.detail,
@@ -430,9 +437,28 @@ func (r *run) finish(ctx context.Context, s stop, final *events.FinalAnswer) err
 	if err != nil {
 		return err
 	}
+	r.withdraw(ctx, asked)
 	r.p.putRun(ctx, r.st, r.task, journal.RunFinished)
 	r.log.InfoContext(ctx, "run finished", "reason", s.reason, "detail", s.detail, "steps", r.st.Steps, "tool_calls", r.st.ToolCalls)
 	return nil
+}
+
+// withdraw marks the questions a run ended without an answer to as
+// withdrawn, so loopgate pending stops listing them and no approver spends
+// a decision on a run that is over (one who does is told not_pending). It
+// is best effort: an entry left pending is rejected all the same when
+// answered, and its listing ages out with the question.
+func (r *run) withdraw(ctx context.Context, calls []*events.CallState) {
+	for _, c := range calls {
+		e, rev, err := r.p.approvals.Get(ctx, r.st.RunID, c.Call.ID)
+		if err != nil || !e.Pending() || e.Round != c.Request.Round {
+			continue
+		}
+		e.State, e.Reason, e.DecidedAt = approvals.StateWithdrawn, "the run ended unanswered", r.p.now().UTC()
+		if err := r.p.approvals.Decide(ctx, e, rev); err != nil {
+			r.log.WarnContext(ctx, "could not withdraw the question of a run that ended; it stays listed until it expires", "call_id", c.Call.ID, "err", err)
+		}
+	}
 }
 
 // putRun queues an update of the loopgate_runs projection (see

@@ -11,14 +11,15 @@ import (
 	trailcheck "github.com/loopgate/loopgate/trail"
 )
 
-// A parked run can finish with its question still pending: its wake-up
+// A parked run can finish with its question unanswered: its wake-up
 // failed every delivery (here its agent profile was missing from a bad
 // config, as in TestARunWhoseProfileWasRemovedIsStoppedNotStranded) and
-// it was stopped as a poison message. Its entry stays pending, and
-// loopgate pending still lists it. Once the config is fixed, an approver
-// who answers it must get approval_rejected, the one event allowed after
-// finished, not an approved event appended after the run's end (a trail
-// trail.Check calls broken, an approval of a run that is over).
+// it was stopped as a poison message. Its question is withdrawn, and
+// loopgate pending no longer lists it. Once the config is fixed, an
+// approver who answers it all the same (from an old listing) must get
+// approval_rejected, the one event allowed after finished, not an approved
+// event appended after the run's end (a trail trail.Check calls broken, an
+// approval of a run that is over).
 func TestAnAnswerToAQuestionOfAStoppedRunIsRejected(t *testing.T) {
 	t.Parallel()
 	o := oneDraft(t, "drafted")
@@ -38,11 +39,17 @@ func TestAnAnswerToAQuestionOfAStoppedRunIsRejected(t *testing.T) {
 	}
 	b.waitEnd(runID)
 	consumerSettled(t, b, journal.StreamWork, journal.ConsumerWorkers)
-	if e := pendingEntry(t, b, runID, "s1c1"); !e.Pending() {
-		t.Fatalf("entry %+v: the test wants the stopped run's question still pending", e)
+	// The question is withdrawn: an approver has nothing left to decide,
+	// and loopgate pending no longer lists it (it used to, until it aged
+	// out with the question).
+	if e := pendingEntry(t, b, runID, "s1c1"); e.State != approvals.StateWithdrawn {
+		t.Errorf("entry %+v: want the stopped run's question withdrawn", e)
+	}
+	if listed := pendingListed(t, b); len(listed) != 0 {
+		t.Errorf("loopgate pending lists %d questions of a stopped run: %+v", len(listed), listed)
 	}
 
-	// The config is fixed; the approver answers the question still listed.
+	// The config is fixed; the approver answers the question as listed before.
 	b.stopPool()
 	b.cfg.Agents["one-draft"] = profile
 	b.startPool()
@@ -69,4 +76,22 @@ func TestAnAnswerToAQuestionOfAStoppedRunIsRejected(t *testing.T) {
 	if files := outboxFiles(t, b.outbox); len(files) != 0 {
 		t.Errorf("drafts written for a stopped run: %v", files)
 	}
+}
+
+// pendingListed is what loopgate pending lists for the tenant cityops.
+func pendingListed(t *testing.T, b *bundle) []approvals.Entry {
+	t.Helper()
+	kv, err := b.env.JS.KeyValue(t.Context(), journal.BucketApprovals)
+	if err != nil {
+		t.Fatal(err)
+	}
+	index, err := approvals.OpenIndex(t.Context(), b.env.JS, journal.StreamPending)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := approvals.NewStore(kv, index).Pending(t.Context(), "cityops")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got
 }
