@@ -269,6 +269,10 @@ func (p *Pool) handleApproval(ctx context.Context, msg jetstream.Msg) {
 		return
 	}
 	am := approvalMsg{subject: msg.Subject(), data: msg.Data(), seq: meta.Sequence.Stream, received: meta.Timestamp, deliveries: meta.NumDelivered, lease: msg}
+	// A decision can end its run (expired, or the finished record written
+	// again for a run whose finisher died): the message is acknowledged
+	// once the projection has the run's record, as a work message is.
+	ctx, waits := withProjectionWaits(ctx)
 	o, reason := p.decideSafely(ctx, am)
 	if o == unavailable {
 		// JetStream cannot take the decision's writes: hold the message
@@ -286,6 +290,10 @@ func (p *Pool) handleApproval(ctx context.Context, msg jetstream.Msg) {
 	}
 	if o == retry && p.lastDelivery(msg) {
 		o, reason = p.undecidedSafely(ctx, am)
+	}
+	if o == settled && !waits.none() {
+		p.ackAfterProjection(ctx, msg, waits)
+		return
 	}
 	if err := settle(msg, o, reason, p.opts.RetryDelay); err != nil {
 		p.log.WarnContext(ctx, "settle approval message", "subject", msg.Subject(), "err", err)
@@ -494,7 +502,14 @@ func (p *Pool) decide(ctx context.Context, msg approvalMsg) (outcome, string) {
 		// approval_rejected may follow its finished event: decided here,
 		// the answer would be an approved event after the run's end.
 		if spent {
-			return settled, "" // it decided a question before the end
+			// It decided a question before the end: a redelivery, its
+			// handler or the run it went on with (continueRun) killed
+			// before acknowledging it, perhaps before the run's finish
+			// reached the projection. Write the record, as a worker
+			// handed a finished run does (goOn); the message is
+			// acknowledged once it is written (handleApproval).
+			p.putRun(ctx, st, st.Started.Task, journal.RunFinished)
+			return settled, ""
 		}
 		return reject(approvals.RejectNotPending, fmt.Sprintf("the run has finished (%s): no question of it awaits a decision", st.Finished.Reason), m, nil)
 	}

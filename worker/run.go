@@ -419,9 +419,13 @@ func (r *run) finish(ctx context.Context, s stop, final *events.FinalAnswer) err
 		}
 		r.remember(ctx, final)
 	}
-	var asked []*events.CallState // questions the run ends without an answer to
+	// The questions the run ends without an answer to: those it asked, and
+	// those whose pending entry a worker may have written and died before
+	// asking (requestHuman writes the entry first), which loopgate pending
+	// lists all the same. Only a call that could still run can have one.
+	var asked []*events.CallState
 	for _, c := range r.st.CurrentCalls {
-		if c.Awaiting() {
+		if c.Awaiting() || (c.Validated != nil && c.Validated.Status == events.ValidOK && c.Denied == nil && !c.Observed) {
 			asked = append(asked, c)
 		}
 	}
@@ -445,13 +449,15 @@ func (r *run) finish(ctx context.Context, s stop, final *events.FinalAnswer) err
 
 // withdraw marks the questions a run ended without an answer to as
 // withdrawn, so loopgate pending stops listing them and no approver spends
-// a decision on a run that is over (one who does is told not_pending). It
-// is best effort: an entry left pending is rejected all the same when
-// answered, and its listing ages out with the question.
+// a decision on a run that is over (one who does is told not_pending). Any
+// round's pending entry goes: the run's end is durable, so no answer to
+// any of them can be recorded. It is best effort: an entry left pending is
+// rejected all the same when answered, and its listing ages out with the
+// question.
 func (r *run) withdraw(ctx context.Context, calls []*events.CallState) {
 	for _, c := range calls {
 		e, rev, err := r.p.approvals.Get(ctx, r.st.RunID, c.Call.ID)
-		if err != nil || !e.Pending() || e.Round != c.Request.Round {
+		if err != nil || !e.Pending() {
 			continue
 		}
 		e.State, e.Reason, e.DecidedAt = approvals.StateWithdrawn, "the run ended unanswered", r.p.now().UTC()

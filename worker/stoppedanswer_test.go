@@ -2,6 +2,8 @@ package worker_test
 
 import (
 	"fmt"
+	"runtime"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -94,4 +96,39 @@ func pendingListed(t *testing.T, b *bundle) []approvals.Entry {
 		t.Fatal(err)
 	}
 	return got
+}
+
+// A worker writes a question's pending entry just before asking it (see
+// TestAnAnswerToAQuestionItsWorkerDiedBeforeAskingIsDecided). A task whose
+// workers die there on every delivery is stopped as a poison message with
+// its question never asked; the entry they left is withdrawn with the run,
+// not listed by loopgate pending until it expires (it used to be: only
+// questions the run's events held were withdrawn).
+func TestAnUnaskedQuestionOfAStoppedRunIsWithdrawn(t *testing.T) {
+	t.Parallel()
+	var deaths atomic.Int32
+	o := oneDraft(t, "drafted")
+	o.layout = journal.Layout{MaxDeliver: 2, AckWait: 300 * time.Millisecond}
+	o.workers = 3 // two die, one is left pulling
+	o.crash = func(point string) {
+		if point == "before:approval_requested" && deaths.Add(1) <= 2 {
+			runtime.Goexit()
+		}
+	}
+	b := setup(t, o)
+	runID := b.submit(task("unasked-stopped-1", "one-draft"))
+	evs := b.waitEnd(runID)
+	assertTrail(t, evs, []string{"started", "proposed", "validated:ok(draft_escalation)", "finished:error"})
+	if n := deaths.Load(); n != 2 {
+		t.Errorf("%d workers died before asking, want one per delivery (2)", n)
+	}
+	if e := pendingEntry(t, b, runID, "s1c1"); e.State != approvals.StateWithdrawn {
+		t.Errorf("entry %+v: want the unasked question of the stopped run withdrawn", e)
+	}
+	if listed := pendingListed(t, b); len(listed) != 0 {
+		t.Errorf("loopgate pending lists %d questions of a stopped run: %+v", len(listed), listed)
+	}
+	if files := outboxFiles(t, b.outbox); len(files) != 0 {
+		t.Errorf("drafts written for a stopped run: %v", files)
+	}
 }
