@@ -422,10 +422,11 @@ func (r *run) finish(ctx context.Context, s stop, final *events.FinalAnswer) err
 	// The questions the run ends without an answer to: those it asked, and
 	// those whose pending entry a worker may have written and died before
 	// asking (requestHuman writes the entry first), which loopgate pending
-	// lists all the same. Only a call that could still run can have one.
+	// lists all the same. Only a call that could still run can have one
+	// (a call awaiting a human is one of them).
 	var asked []*events.CallState
 	for _, c := range r.st.CurrentCalls {
-		if c.Awaiting() || (c.Validated != nil && c.Validated.Status == events.ValidOK && c.Denied == nil && !c.Observed) {
+		if c.Validated != nil && c.Validated.Status == events.ValidOK && c.Denied == nil && !c.Observed {
 			asked = append(asked, c)
 		}
 	}

@@ -122,8 +122,15 @@ func TestAnUnaskedQuestionOfAStoppedRunIsWithdrawn(t *testing.T) {
 	if n := deaths.Load(); n != 2 {
 		t.Errorf("%d workers died before asking, want one per delivery (2)", n)
 	}
-	if e := pendingEntry(t, b, runID, "s1c1"); e.State != approvals.StateWithdrawn {
-		t.Errorf("entry %+v: want the unasked question of the stopped run withdrawn", e)
+	// The stop withdraws the entry after its finished event is durable.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		e := pendingEntry(t, b, runID, "s1c1")
+		if e.State == approvals.StateWithdrawn {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("entry %+v: want the unasked question of the stopped run withdrawn", e)
+		}
 	}
 	if listed := pendingListed(t, b); len(listed) != 0 {
 		t.Errorf("loopgate pending lists %d questions of a stopped run: %+v", len(listed), listed)
