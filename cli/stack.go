@@ -18,6 +18,7 @@ import (
 
 	"github.com/loopgate/loopgate/config"
 	"github.com/loopgate/loopgate/examples/cityops"
+	"github.com/loopgate/loopgate/internal/natsconn"
 	"github.com/loopgate/loopgate/journal"
 	"github.com/loopgate/loopgate/model"
 	"github.com/loopgate/loopgate/natsd"
@@ -96,6 +97,9 @@ func startStack(ctx context.Context, o stackOptions) (_ *stack, err error) {
 			return nil, err
 		}
 		opts = append(opts, nats.Name("loopgate"), nats.MaxReconnects(-1), logAsyncErrors(o.log, refused.heard))
+		// In process, the server cannot stop answering while this process
+		// runs; over the network it can (natsconn).
+		opts = append(opts, natsconn.Liveness(o.log)...)
 		// A worker started while its servers are down (a restart of the
 		// whole deployment, a node being replaced) waits for them like it
 		// waits for JetStream below, instead of exiting: an exploratory

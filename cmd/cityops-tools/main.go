@@ -33,6 +33,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/loopgate/loopgate/examples/cityops"
+	"github.com/loopgate/loopgate/internal/natsconn"
 	"github.com/loopgate/loopgate/tools"
 	"github.com/loopgate/loopgate/toolsvc"
 )
@@ -109,7 +110,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		fmt.Fprintf(stderr, "cityops-tools: %v\n", err)
 		return 1
 	}
-	nc, err := nats.Connect(*natsURL, nats.Name("cityops-tools"), nats.MaxReconnects(-1))
+	// Liveness: a tool service on a server that stopped answering would
+	// leave every call to its tools to time out until its pings noticed.
+	nc, err := nats.Connect(*natsURL, append(natsconn.Liveness(log), nats.Name("cityops-tools"), nats.MaxReconnects(-1))...)
 	if err != nil {
 		fmt.Fprintf(stderr, "cityops-tools: connect to %s: %v\n", *natsURL, err)
 		return 1
