@@ -4,13 +4,18 @@ import (
 	"context"
 	"log/slog"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/loopgate/loopgate/internal/natsconn"
+	"github.com/loopgate/loopgate/journal"
 	"github.com/loopgate/loopgate/natsd"
 )
 
@@ -23,13 +28,8 @@ import (
 // worker sits a TCP relay that stops relaying the connections it already
 // has, as a frozen process would, and relays new ones.
 func TestAWorkerLeavesAConnectionThatStopsAnswering(t *testing.T) {
-	srv, err := natsd.Start(natsd.Config{Listen: "127.0.0.1:0", StoreDir: t.TempDir(), SyncInterval: "2m", Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Shutdown()
-	relay := startStallingRelay(t, strings.TrimPrefix(srv.ClientURL(), "nats://"))
-
+	t.Parallel() // mostly waiting for pings
+	_, relay := stallableServer(t)
 	var (
 		mu   sync.Mutex
 		seen []string
@@ -45,19 +45,7 @@ func TestAWorkerLeavesAConnectionThatStopsAnswering(t *testing.T) {
 	}
 	defer s.close(context.Background())
 
-	relay.stallAll()
-	stalled := time.Now()
-	// Detection takes MaxPingsOut to MaxPingsOut+1 ping intervals; the
-	// bound leaves room for a loaded machine and is far below nats.go's
-	// defaults.
-	within := 4 * time.Duration(natsconn.MaxPingsOut+1) * natsconn.PingInterval
-	for s.nc.Stats().Reconnects == 0 || !s.nc.IsConnected() {
-		if time.Since(stalled) > within {
-			t.Fatalf("the connection was not given up and made again within %s of its server going silent", within)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Logf("reconnected %s after the relay stalled", time.Since(stalled).Round(time.Millisecond))
+	leavesWhenStalled(t, s.nc, relay)
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	if _, err := s.js.AccountInfo(ctx); err != nil {
@@ -66,14 +54,70 @@ func TestAWorkerLeavesAConnectionThatStopsAnswering(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	for _, want := range []string{"nats: lost the connection to the server; reconnecting", "nats: reconnected"} {
-		found := false
-		for _, m := range seen {
-			found = found || m == want
-		}
-		if !found {
+		if !slices.Contains(seen, want) {
 			t.Errorf("the log never said %q; it said %q", want, seen)
 		}
 	}
+}
+
+// So does a client command's (connect): `bench` and `audit --follow` run
+// for as long as the operator wants.
+func TestACommandLeavesAConnectionThatStopsAnswering(t *testing.T) {
+	t.Parallel()
+	srv, relay := stallableServer(t)
+	direct, err := srv.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer direct.Close()
+	djs, err := jetstream.New(direct)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := journal.Ensure(t.Context(), djs, journal.Layout{}); err != nil {
+		t.Fatal(err)
+	}
+	nc, js, _, err := connect(t.Context(), "nats://"+relay.addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	leavesWhenStalled(t, nc, relay)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if _, err := js.AccountInfo(ctx); err != nil {
+		t.Errorf("JetStream after the reconnection: %v", err)
+	}
+}
+
+// stallableServer starts a real server and a stallingRelay in front of it.
+func stallableServer(t *testing.T) (*natsd.Server, *stallingRelay) {
+	t.Helper()
+	srv, err := natsd.Start(natsd.Config{Listen: "127.0.0.1:0", StoreDir: t.TempDir(), SyncInterval: "2m", Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	return srv, startStallingRelay(t, strings.TrimPrefix(srv.ClientURL(), "nats://"))
+}
+
+// leavesWhenStalled stalls the relay's connections and waits for nc to
+// have given its connection up and made another.
+func leavesWhenStalled(t *testing.T, nc *nats.Conn, relay *stallingRelay) {
+	t.Helper()
+	relay.stallAll()
+	stalled := time.Now()
+	// Detection takes MaxPingsOut to MaxPingsOut+1 ping intervals, and
+	// the reconnection up to nats.go's 2 s wait; the bound leaves room for
+	// a loaded machine and is far below nats.go's default pings (4-6 min).
+	within := 4 * time.Duration(natsconn.MaxPingsOut+1) * natsconn.PingInterval
+	for nc.Stats().Reconnects == 0 || !nc.IsConnected() {
+		if time.Since(stalled) > within {
+			t.Fatalf("the connection was not given up and made again within %s of its server going silent", within)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("reconnected %s after the relay stalled", time.Since(stalled).Round(time.Millisecond))
 }
 
 // stallingRelay relays TCP connections to a target until stallAll, after

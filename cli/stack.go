@@ -317,7 +317,10 @@ func connect(ctx context.Context, url string, extra ...nats.Option) (*nats.Conn,
 	if err != nil {
 		return nil, nil, nil, err
 	}
+	// Pings: `bench` and `audit --follow` outlive a server that may stop
+	// answering (natsconn); to the other commands they cost nothing.
 	opts = append(opts, nats.Name("loopgate-cli"), nats.Timeout(5*time.Second))
+	opts = append(opts, natsconn.Pings()...)
 	nc, err := nats.Connect(url, append(opts, extra...)...)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("connect to %s: %w", url, err)

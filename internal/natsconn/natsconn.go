@@ -27,8 +27,13 @@ const (
 	MaxPingsOut  = 3
 )
 
-// Liveness returns the options that ping the server every PingInterval,
-// give it up after MaxPingsOut unanswered pings, and log (to log) each
+// Pings returns the options that ping the server every PingInterval and
+// give it up after MaxPingsOut unanswered pings.
+func Pings() []nats.Option {
+	return []nats.Option{nats.PingInterval(PingInterval), nats.MaxPingsOutstanding(MaxPingsOut)}
+}
+
+// Liveness returns Pings and the options that log (to log) each
 // connection lost with its cause and each reconnection with its server.
 func Liveness(log *slog.Logger) []nats.Option {
 	var (
@@ -40,9 +45,7 @@ func Liveness(log *slog.Logger) []nats.Option {
 		server = nc.ConnectedUrlRedacted()
 		mu.Unlock()
 	}
-	return []nats.Option{
-		nats.PingInterval(PingInterval),
-		nats.MaxPingsOutstanding(MaxPingsOut),
+	return append(Pings(),
 		nats.ConnectHandler(remember),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			if err == nil {
@@ -57,5 +60,5 @@ func Liveness(log *slog.Logger) []nats.Option {
 			remember(nc)
 			log.Info("nats: reconnected", "server", nc.ConnectedUrlRedacted())
 		}),
-	}
+	)
 }
