@@ -33,8 +33,10 @@ func Pings() []nats.Option {
 	return []nats.Option{nats.PingInterval(PingInterval), nats.MaxPingsOutstanding(MaxPingsOut)}
 }
 
-// Liveness returns Pings and the options that log (to log) each
-// connection lost with its cause and each reconnection with its server.
+// Liveness returns Pings and the options that log (to log) the server
+// first connected to, each connection lost with its cause, and each
+// reconnection with its server: with a list of URLs, or one URL of a
+// cluster, which server a process is on is otherwise nowhere to be seen.
 func Liveness(log *slog.Logger) []nats.Option {
 	var (
 		mu     sync.Mutex
@@ -46,7 +48,10 @@ func Liveness(log *slog.Logger) []nats.Option {
 		mu.Unlock()
 	}
 	return append(Pings(),
-		nats.ConnectHandler(remember),
+		nats.ConnectHandler(func(nc *nats.Conn) {
+			remember(nc)
+			log.Info("nats: connected", "server", nc.ConnectedUrlRedacted())
+		}),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			if err == nil {
 				return // closed by this process: nothing was lost
