@@ -147,7 +147,21 @@ func TestRandomFreezesUnderLoad(t *testing.T) {
 	}
 
 	v := verifyRuns(ctx, t, js, outbox, runIDs)
-	problems := v.problems
+	// A worker frozen while its tool ran wakes past the call's timeout:
+	// the attempt is recorded `executed timeout`, an unknown outcome,
+	// and reconciled. That is the right trail after a freeze (a kill
+	// leaves no such event, so the shared check calls it a problem); the
+	// check reports it only once the call had its one success and was
+	// approved and observed once, so here it is counted instead.
+	var problems []string
+	timedOut := 0
+	for _, p := range v.problems {
+		if strings.HasSuffix(p, "executed with status [timeout]") {
+			timedOut++
+			continue
+		}
+		problems = append(problems, p)
+	}
 	ov := checkOutbox(t, outbox, watch, 3*freezesRuns)
 	problems = append(problems, ov.problems...)
 	problems = append(problems, ap.trouble()...)
@@ -160,6 +174,7 @@ func TestRandomFreezesUnderLoad(t *testing.T) {
 	fmt.Fprintf(&b, "  all done in %s; %d worker freezes, one nats-server frozen %s\n", total.Round(time.Millisecond), workerFreezes, freezesNodeFrozen)
 	fmt.Fprintf(&b, "  finished %v; events %d (%d beyond undisturbed runs); drafts %d, put in place more than once %d; draft writes begun %d\n",
 		v.reasons, v.events, v.events-freezesRuns*happyEvents, ov.drafts, ov.twice, ov.tempWrites)
+	fmt.Fprintf(&b, "  calls timed out by a freeze during the tool, then reconciled: %d\n", timedOut)
 	fmt.Fprintf(&b, "  loopgate runs: %d problems; records behind their events: %d\n", len(listing.problems), listing.behind)
 	keys := make([]string, 0, len(v.notables))
 	for k := range v.notables {

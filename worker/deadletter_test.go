@@ -162,3 +162,48 @@ func waitWorkStreamEmpty(t *testing.T, b *bundle) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// An approval message whose handler died on every delivery is decided once
+// more from the max-deliveries advisory. When that decision cannot be
+// stored then (a full store: the question's entry cannot take it), it is
+// held and tried again until it can: the advisory does not come again. It
+// used to be given up at once (as undecided), and the run stayed parked on
+// a question its approver had answered, for an outage that was none of
+// the approval's doing.
+func TestADeadLetteredApprovalWaitsOutAFullStore(t *testing.T) {
+	t.Parallel()
+	var (
+		calls atomic.Int32
+		store *storeFiller
+		full  = make(chan error, 1)
+	)
+	o := oneDraft(t, "drafted")
+	o.maxFileStore = 8 << 20
+	o.layout = journal.Layout{MaxDeliver: 2, AckWait: 500 * time.Millisecond}
+	o.retry = 20 * time.Millisecond
+	o.crash = func(point string) {
+		if point != "before:decision" {
+			return
+		}
+		switch calls.Add(1) {
+		case 1:
+			runtime.Goexit() // the first handler is gone, its message unsettled
+		case 2:
+			full <- store.top() // the advisory's decision meets a full store
+		}
+	}
+	b := setup(t, o)
+	store = fillStore(t, b.env.JS, 4)
+	runID, q := draftRun(t, b, "dead-approval-full-1")
+	seq := b.publishApproval(runID, "s1c1", q.ArgsHash, "approve", "supervisor@cityops", "ok")
+	if err := <-full; err != nil {
+		t.Fatal(err)
+	}
+	waitLogged(t, b, "JetStream cannot store or read the decision of an approval message out of deliveries", 3)
+	store.purge(t)
+	evs := b.waitEnd(runID)
+	assertTrail(t, evs, oneDraftApproved())
+	if d := last[events.ApprovedData](t, evs, events.TypeApproved); d.ApprovalSeq != seq {
+		t.Errorf("approved by message %d, want %d", d.ApprovalSeq, seq)
+	}
+}

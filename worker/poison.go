@@ -131,15 +131,35 @@ func (u unsubscribers) Unsubscribe() error {
 // time, say) one more decision, read back from the stream; what that
 // cannot decide is recorded as undecided. Without it the message would
 // stay in the stream, its run saying nothing of it.
+//
+// The advisory comes once, so what JetStream cannot do now (read the
+// message, store the decision) is waited out, as deadLetter waits out the
+// stop of a work message: recorded undecided for an outage, an approval
+// that was sound would have to be sent again, and one the outage kept
+// from being recorded at all would be lost in silence.
 func (p *Pool) decideDeadLetter(ctx context.Context, a maxDeliveriesAdvisory) {
-	raw, err := p.approvalMsgs.GetMsg(ctx, a.StreamSeq)
-	if err != nil {
-		p.log.WarnContext(ctx, "dead-letter: read approval message", "stream_seq", a.StreamSeq, "err", err)
+	where := fmt.Sprintf("%s seq %d", journal.StreamApprovals, a.StreamSeq)
+	var raw *jetstream.RawStreamMsg
+	read := func() (outcome, string) {
+		var err error
+		if raw, err = p.approvalMsgs.GetMsg(ctx, a.StreamSeq); err != nil {
+			o, reason := failedOn(err)
+			if o == retry {
+				p.log.WarnContext(ctx, "dead-letter: read approval message", "stream_seq", a.StreamSeq, "err", err)
+			}
+			return o, reason
+		}
+		return settled, ""
+	}
+	o, reason := read()
+	if o, _ = p.waitOutOutage(ctx, "an approval message out of deliveries", where, o, reason, read); o != settled {
 		return
 	}
 	msg := approvalMsg{subject: raw.Subject, data: raw.Data, seq: raw.Sequence, received: raw.Time, deliveries: a.Deliveries}
 	p.log.WarnContext(ctx, "approval message ran out of deliveries; deciding it once more", "subject", raw.Subject, "approval_seq", raw.Sequence, "deliveries", a.Deliveries)
-	if o, _ := p.decideSafely(ctx, msg); o == retry || o == unavailable {
+	decide := func() (outcome, string) { return p.decideSafely(ctx, msg) }
+	o, reason = decide()
+	if o, _ = p.waitOutOutage(ctx, "the decision of an approval message out of deliveries", raw.Subject, o, reason, decide); o == retry {
 		p.undecided(ctx, msg) // a panic in it is the advisory callback's to catch
 	}
 }
