@@ -22,7 +22,7 @@ import (
 // only the client's pings tell. With nats.go's defaults (a ping every
 // 2 minutes, 2 unanswered allowed) that takes 4 to 6 minutes, while every
 // worker connected to it sits still; loopgate's connections ping every
-// 2 s (workerPingInterval in cli/stack.go) and leave after 3 unanswered.
+// 2 s (internal/natsconn) and leave after 3 unanswered.
 const frozenServerBound = 90 * time.Second
 
 // TestAFrozenServerIsLeft freezes (SIGSTOP) the nats-server both worker
