@@ -73,7 +73,9 @@ func loseQuorumFor(t *testing.T, b *bundle, d time.Duration) {
 	go func() {
 		time.Sleep(d)
 		for _, i := range []int{1, 2} {
-			b.cluster.Restart(t, i)
+			if err := b.cluster.TryRestart(t, i); err != nil {
+				t.Error(err)
+			}
 		}
 	}()
 }

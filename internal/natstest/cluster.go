@@ -3,6 +3,7 @@ package natstest
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -37,19 +38,65 @@ func (c *Cluster) Shutdown(i int) {
 }
 
 // Restart starts server i again on its store, after Shutdown, with
-// JetStream (see ClusterOptions.JetStreamOff).
+// JetStream (see ClusterOptions.JetStreamOff), and fails the test if it
+// cannot.
 func (c *Cluster) Restart(t testing.TB, i int) {
 	t.Helper()
-	s, err := server.NewServer(c.options[i]())
-	if err != nil {
-		t.Fatalf("natstest: cluster: restart %d: %v", i, err)
+	if err := c.TryRestart(t, i); err != nil {
+		t.Fatal(err)
 	}
-	s.Start()
-	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
-	if !s.ReadyForConnections(10 * time.Second) {
-		t.Fatalf("natstest: cluster: server %s not ready after restart", s.Name())
+}
+
+// restartWait bounds how long a restarted server may take to listen: it
+// recovers its streams first, which under -race on a loaded machine has
+// taken more than 10 s.
+const restartWait = 60 * time.Second
+
+// TryRestart is Restart for a goroutine other than the test's: it returns
+// the error instead. The server's route port was free while it was down,
+// so a server of a parallel test may have taken it; then it listens for
+// routes on a port of its own, and the others learn that port from the
+// routes it opens to them.
+func (c *Cluster) TryRestart(t testing.TB, i int) error {
+	so := c.options[i]()
+	s, err := c.startAgain(t, so)
+	if errors.Is(err, errFatal) {
+		so = c.options[i]()
+		so.Cluster.Port = server.RANDOM_PORT
+		s, err = c.startAgain(t, so)
+	}
+	if err != nil {
+		return fmt.Errorf("natstest: cluster: restart %s: %w", so.ServerName, err)
 	}
 	c.Servers[i] = s
+	return nil
+}
+
+// errFatal marks a server that stopped on a fatal error, such as its
+// route port taken.
+var errFatal = errors.New("fatal")
+
+func (c *Cluster) startAgain(t testing.TB, so *server.Options) (*server.Server, error) {
+	s, err := server.NewServer(so)
+	if err != nil {
+		return nil, err
+	}
+	fatal := &fatalLog{}
+	s.SetLogger(fatal, false, false)
+	start := time.Now()
+	s.Start()
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	for !s.ReadyForConnections(50 * time.Millisecond) {
+		if msg := fatal.first(); msg != "" {
+			s.Shutdown()
+			s.WaitForShutdown()
+			return nil, fmt.Errorf("%w: %s", errFatal, msg)
+		}
+		if time.Since(start) > restartWait {
+			return nil, fmt.Errorf("not ready %s after its start", restartWait)
+		}
+	}
+	return s, nil
 }
 
 // ClusterOptions tune StartClusterWith.

@@ -1,9 +1,13 @@
 package natstest
 
 import (
+	"fmt"
 	"net"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // A route port another process took between its pick and the server's
@@ -39,5 +43,48 @@ func TestAClusterStartsAgainWhenARoutePortIsTaken(t *testing.T) {
 	}
 	if _, err := c.JS.AccountInfo(t.Context()); err != nil {
 		t.Errorf("the cluster started again does not answer: %v", err)
+	}
+}
+
+// A server restarted after another took its route port while it was down
+// listens for routes on a port of its own and joins the cluster again: a
+// replicated stream is current on all three servers once more.
+func TestAServerRestartsWhenItsRoutePortWasTaken(t *testing.T) {
+	c := StartClusterWith(t, ClusterOptions{NoLayout: true})
+	ctx := t.Context()
+	if _, err := c.JS.CreateStream(ctx, jetstream.StreamConfig{Name: "R", Subjects: []string{"r.>"}, Replicas: 3}); err != nil {
+		t.Fatal(err)
+	}
+	port := c.Servers[2].ClusterAddr().Port
+	c.Shutdown(2)
+	taken, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+	if err != nil {
+		t.Fatalf("take the route port: %v", err)
+	}
+	defer taken.Close()
+
+	c.Restart(t, 2)
+	if got := c.Servers[2].ClusterAddr().Port; got == port {
+		t.Fatalf("restarted on the taken route port %d", port)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		st, err := c.JS.Stream(ctx, "R")
+		if err == nil {
+			cl := st.CachedInfo().Cluster
+			current := 0
+			for _, r := range cl.Replicas {
+				if r.Current {
+					current++
+				}
+			}
+			if cl.Leader != "" && current == 2 {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the stream never had all three servers current again (last: %v)", err)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
