@@ -273,23 +273,21 @@ func (p *Pool) handleApproval(ctx context.Context, msg jetstream.Msg) {
 	// again for a run whose finisher died): the message is acknowledged
 	// once the projection has the run's record, as a work message is.
 	ctx, waits := withProjectionWaits(ctx)
-	o, reason := p.decideSafely(ctx, am)
-	if o == unavailable {
-		// JetStream cannot take the decision's writes: hold the message
-		// (heartbeat and all) rather than spend its deliveries on the
-		// outage and record it undecided, as handle does for a run.
-		hbCtx, stopHeartbeat := context.WithCancel(ctx)
-		go p.heartbeat(hbCtx, msg)
-		o, reason = p.waitOutOutage(ctx, "an approval's decision", msg.Subject(), o, reason, func() (outcome, string) {
-			return p.decideSafely(ctx, am)
-		})
-		stopHeartbeat()
-	}
+	// JetStream cannot take the decision's writes: hold the message
+	// (heartbeat and all) rather than spend its deliveries on the outage
+	// and record it undecided, as handle does for a run.
+	decide := func() (outcome, string) { return p.decideSafely(ctx, am) }
+	o, reason := decide()
+	o, reason = p.holdThroughOutage(ctx, msg, "an approval's decision", o, reason, decide)
 	if o == handedOver {
 		return // its run goes on here, and settles it (continueRun)
 	}
 	if o == retry && p.lastDelivery(msg) {
-		o, reason = p.undecidedSafely(ctx, am)
+		// The message will not come back: its record in the run is the
+		// last thing it can leave, so it is held through an outage too.
+		undecided := func() (outcome, string) { return p.undecidedSafely(ctx, am) }
+		o, reason = undecided()
+		o, reason = p.holdThroughOutage(ctx, msg, "an approval message out of deliveries as undecided", o, reason, undecided)
 	}
 	if o == settled && !waits.none() {
 		p.ackAfterProjection(ctx, msg, waits)
@@ -298,6 +296,20 @@ func (p *Pool) handleApproval(ctx context.Context, msg jetstream.Msg) {
 	if err := settle(msg, o, reason, p.opts.RetryDelay); err != nil {
 		p.log.WarnContext(ctx, "settle approval message", "subject", msg.Subject(), "err", err)
 	}
+}
+
+// holdThroughOutage is waitOutOutage for a message this pool holds: its
+// lease is kept by heartbeats while it waits, so that JetStream neither
+// delivers it to another worker nor, after its last delivery, announces
+// it out of deliveries meanwhile.
+func (p *Pool) holdThroughOutage(ctx context.Context, msg jetstream.Msg, what string, o outcome, reason string, try func() (outcome, string)) (outcome, string) {
+	if o != unavailable {
+		return o, reason
+	}
+	hbCtx, stopHeartbeat := context.WithCancel(ctx)
+	defer stopHeartbeat()
+	go p.heartbeat(hbCtx, msg)
+	return p.waitOutOutage(ctx, what, msg.Subject(), o, reason, try)
 }
 
 func (p *Pool) decideSafely(ctx context.Context, msg approvalMsg) (o outcome, reason string) {
@@ -334,26 +346,55 @@ func (p *Pool) undecidedSafely(ctx context.Context, msg approvalMsg) (o outcome,
 // undecided records an approval message that failed its last delivery as
 // approval_rejected undecided in its run's trail and settles it. JetStream
 // will not deliver it again; without the record it would vanish, and the
-// approver would see nothing happen, nowhere.
+// approver would see nothing happen, nowhere. An outage (the run cannot be
+// read, or the record stored) is unavailable, for the caller to wait out
+// with the message held: dropped then, the answer would be lost in
+// silence for a trouble none of its doing.
 func (p *Pool) undecided(ctx context.Context, msg approvalMsg) (outcome, string) {
 	tenant, runID, callID, err := parseApprovalSubject(msg.subject)
 	if err != nil {
 		return rejected, err.Error()
 	}
-	detail := fmt.Sprintf("no worker could decide this message in %d deliveries (the run or its approval entry could not be read or written, or its worker died each time); publish the decision again", msg.deliveries)
-	dropped := func(err error) (outcome, string) {
-		p.log.ErrorContext(ctx, "approval message dropped: not decided in all its deliveries, and not recorded in its run", "subject", msg.subject, "approval_seq", msg.seq, "err", err)
-		return rejected, detail
+	for range maxReloads {
+		o, reason, err := p.recordUndecided(ctx, msg, tenant, runID, callID)
+		switch {
+		case err == nil:
+			return o, reason
+		case outage(err):
+			return unavailable, err.Error()
+		case errors.Is(err, context.Canceled):
+			return stopping, "" // handed back, out of deliveries: the advisory's pool decides it
+		case errors.Is(err, journal.ErrConflict):
+			continue // another writer of the run: read it again
+		}
+		return p.dropUndecided(ctx, msg, err)
 	}
+	return p.dropUndecided(ctx, msg, errors.New("the run changed under every try to record it"))
+}
+
+// undecidedDetail is the detail of an approval_rejected undecided event.
+func undecidedDetail(deliveries uint64) string {
+	return fmt.Sprintf("no worker could decide this message in %d deliveries (the run or its approval entry could not be read or written, or its worker died each time); publish the decision again", deliveries)
+}
+
+// dropUndecided gives up an approval message out of deliveries that could
+// not be recorded in its run: logged as an error, the last trace of it.
+func (p *Pool) dropUndecided(ctx context.Context, msg approvalMsg, err error) (outcome, string) {
+	p.log.ErrorContext(ctx, "approval message dropped: not decided in all its deliveries, and not recorded in its run", "subject", msg.subject, "approval_seq", msg.seq, "err", err)
+	return rejected, undecidedDetail(msg.deliveries)
+}
+
+// recordUndecided is one try of undecided, on the run as read now.
+func (p *Pool) recordUndecided(ctx context.Context, msg approvalMsg, tenant, runID, callID string) (outcome, string, error) {
 	evs, st, last, err := p.readRun(ctx, tenant, runID)
 	if err != nil {
-		return dropped(err)
+		return 0, "", err
 	}
 	if st.Started == nil {
-		return dropped(errors.New("no such run"))
+		return 0, "", errors.New("no such run")
 	}
 	if approved, rejected := recorded(evs, msg.seq); approved || rejected {
-		return settled, "" // the run says what it did after all (another pool got there)
+		return settled, "", nil // the run says what it did after all (another pool got there)
 	}
 	if e, _, err := p.approvals.Get(ctx, runID, callID); err == nil && !e.Pending() && e.DecisionSeq == msg.seq {
 		// It did decide: the entry holds its decision, which the run's
@@ -361,18 +402,18 @@ func (p *Pool) undecided(ctx context.Context, msg approvalMsg) (outcome, string)
 		// than at the question's expiry.
 		p.log.ErrorContext(ctx, "approval message out of deliveries with its decision made but not recorded; waking the run to record it", "subject", msg.subject, "approval_seq", msg.seq)
 		if err := p.wake(ctx, tenant, runID, wakeID(e)); err != nil {
-			return dropped(err)
+			return 0, "", err
 		}
-		return settled, ""
+		return settled, "", nil
 	}
 	r := p.ender(st, last)
 	m, _ := p.parseApproval(msg.data)
-	d := events.ApprovalRejectedData{Class: approvals.RejectUndecided, Detail: detail, ApprovalSeq: msg.seq}
+	d := events.ApprovalRejectedData{Class: approvals.RejectUndecided, Detail: undecidedDetail(msg.deliveries), ApprovalSeq: msg.seq}
 	if err := r.recordRejection(ctx, callID, d, m); err != nil {
-		return dropped(err)
+		return 0, "", err
 	}
 	r.log.ErrorContext(ctx, "approval message not decided in all its deliveries; recorded as approval_rejected undecided", "call_id", callID, "approval_seq", msg.seq)
-	return settled, ""
+	return settled, "", nil
 }
 
 // recorded reports whether a run's events record what approval message

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/loopgate/loopgate/approvals"
 	"github.com/loopgate/loopgate/config"
 	"github.com/loopgate/loopgate/events"
 	"github.com/loopgate/loopgate/idempotency"
@@ -161,4 +162,73 @@ func TestARunIsReadThroughAFailover(t *testing.T) {
 	runID := b.submit(task("read-failover-1", "quick"))
 	evs := b.waitEndWithin(runID, 90*time.Second)
 	assertTrail(t, evs, []string{"started", "proposed:final", "finished:done"})
+}
+
+// An approval message whose only delivery could not decide it (the
+// decision panicked) is recorded in its run as approval_rejected
+// undecided, and when its run cannot be read then (two of three servers
+// down, the events stream's leader among them, back six seconds later)
+// the message is held until it can: it used to be dropped at once, the
+// answer gone with only a log line, and the run left parked with nothing
+// in its trail. Recorded, the answer sent again is decided and the run
+// ends done.
+func TestAnUndecidedApprovalIsRecordedThroughAFailover(t *testing.T) {
+	t.Parallel()
+	var (
+		once sync.Once
+		b    *bundle
+	)
+	o := oneDraft(t, "drafted")
+	o.cluster = true
+	o.layout = journal.Layout{MaxDeliver: 1, AckWait: 30 * time.Second}
+	o.crash = func(point string) {
+		if point != "before:decision" {
+			return
+		}
+		lost := false
+		once.Do(func() { loseQuorumFor(t, b, 6*time.Second); lost = true })
+		if lost {
+			panic("the decision fails on its only delivery")
+		}
+	}
+	b = setup(t, o)
+	leadFrom(t, b, journal.StreamEvents, "s2", "s3")
+	runID, q := draftRun(t, b, "undecided-failover-1")
+	seq := b.publishApproval(runID, "s1c1", q.ArgsHash, "approve", "supervisor@cityops", "ok")
+
+	evs := b.waitEventWithin(runID, events.TypeApprovalRejected, 90*time.Second)
+	var d events.ApprovalRejectedData
+	if err := evs[len(evs)-1].Decode(&d); err != nil {
+		t.Fatal(err)
+	}
+	if d.Class != approvals.RejectUndecided || d.ApprovalSeq != seq {
+		t.Fatalf("recorded %+v, want approval_rejected %s of message %d", d, approvals.RejectUndecided, seq)
+	}
+	again := b.publishApproval(runID, "s1c1", q.ArgsHash, "approve", "supervisor@cityops", "ok, again")
+	evs = b.waitEndWithin(runID, 60*time.Second)
+	gated := gatedStep("draft_escalation")
+	assertTrail(t, evs, concat([]string{"started"}, gated[:4], []string{"approval_rejected:undecided(draft_escalation)"}, gated[4:], []string{"proposed:final", "finished:done"}))
+	if d := last[events.ApprovedData](t, evs, events.TypeApproved); d.ApprovalSeq != again {
+		t.Errorf("approved by message %d, want the one sent again, %d", d.ApprovalSeq, again)
+	}
+}
+
+// waitEventWithin polls the run until its last event is of type typ, as
+// waitEndWithin does for its end, and returns its events.
+func (b *bundle) waitEventWithin(runID string, typ events.Type, d time.Duration) []events.Event {
+	b.t.Helper()
+	deadline := time.Now().Add(d)
+	var lastErr error
+	for time.Now().Before(deadline) {
+		ctx, cancel := context.WithTimeout(b.t.Context(), 5*time.Second)
+		evs, _, err := b.env.Journal.Load(ctx, "cityops", runID)
+		cancel()
+		if err == nil && len(evs) > 0 && evs[len(evs)-1].Type == typ {
+			return evs
+		}
+		lastErr = err
+		time.Sleep(200 * time.Millisecond)
+	}
+	b.t.Fatalf("run %s had no %s event within %s (last read: %v)\nlogs:\n%s", runID, typ, d, lastErr, b.logs.String())
+	return nil
 }

@@ -159,9 +159,12 @@ func (p *Pool) decideDeadLetter(ctx context.Context, a maxDeliveriesAdvisory) {
 	p.log.WarnContext(ctx, "approval message ran out of deliveries; deciding it once more", "subject", raw.Subject, "approval_seq", raw.Sequence, "deliveries", a.Deliveries)
 	decide := func() (outcome, string) { return p.decideSafely(ctx, msg) }
 	o, reason = decide()
-	if o, _ = p.waitOutOutage(ctx, "the decision of an approval message out of deliveries", raw.Subject, o, reason, decide); o == retry {
-		p.undecided(ctx, msg) // a panic in it is the advisory callback's to catch
+	if o, _ = p.waitOutOutage(ctx, "the decision of an approval message out of deliveries", raw.Subject, o, reason, decide); o != retry {
+		return
 	}
+	undecided := func() (outcome, string) { return p.undecided(ctx, msg) } // a panic in it is the advisory callback's to catch
+	o, reason = undecided()
+	p.waitOutOutage(ctx, "an approval message out of deliveries as undecided", raw.Subject, o, reason, undecided)
 }
 
 // deadLetter stops the run of a message that exhausted its deliveries
