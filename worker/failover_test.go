@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/loopgate/loopgate/approvals"
 	"github.com/loopgate/loopgate/config"
 	"github.com/loopgate/loopgate/events"
@@ -194,6 +196,10 @@ func TestAnUndecidedApprovalIsRecordedThroughAFailover(t *testing.T) {
 	b = setup(t, o)
 	leadFrom(t, b, journal.StreamEvents, "s2", "s3")
 	runID, q := draftRun(t, b, "undecided-failover-1")
+	// The task's acknowledgement must be in before the servers go: lost
+	// there, its only delivery would run out 30 s later and stop the
+	// parked run as a poison message.
+	consumerSettled(t, b, journal.StreamWork, journal.ConsumerWorkers)
 	seq := b.publishApproval(runID, "s1c1", q.ArgsHash, "approve", "supervisor@cityops", "ok")
 
 	evs := b.waitEventWithin(runID, events.TypeApprovalRejected, 90*time.Second)
@@ -204,7 +210,7 @@ func TestAnUndecidedApprovalIsRecordedThroughAFailover(t *testing.T) {
 	if d.Class != approvals.RejectUndecided || d.ApprovalSeq != seq {
 		t.Fatalf("recorded %+v, want approval_rejected %s of message %d", d, approvals.RejectUndecided, seq)
 	}
-	again := b.publishApproval(runID, "s1c1", q.ArgsHash, "approve", "supervisor@cityops", "ok, again")
+	again := b.publishApprovalWithin(runID, "s1c1", q.ArgsHash, "ok, again", 60*time.Second)
 	evs = b.waitEndWithin(runID, 60*time.Second)
 	gated := gatedStep("draft_escalation")
 	assertTrail(t, evs, concat([]string{"started"}, gated[:4], []string{"approval_rejected:undecided(draft_escalation)"}, gated[4:], []string{"proposed:final", "finished:done"}))
@@ -231,4 +237,27 @@ func (b *bundle) waitEventWithin(runID string, typ events.Type, d time.Duration)
 	}
 	b.t.Fatalf("run %s had no %s event within %s (last read: %v)\nlogs:\n%s", runID, typ, d, lastErr, b.logs.String())
 	return nil
+}
+
+// publishApprovalWithin publishes an approval as supervisor@cityops, again
+// while the cluster does not answer (the approvals stream may still be
+// electing its leader when the events stream answers), once: the publish
+// carries a message id, so a try stored whose answer was lost is not
+// stored twice.
+func (b *bundle) publishApprovalWithin(runID, callID, hash, reason string, d time.Duration) uint64 {
+	b.t.Helper()
+	payload := approvalPayload(b.t, b.cfg.Policy.RequireSignatures, runID, callID, hash, "approve", "supervisor@cityops", reason)
+	deadline := time.Now().Add(d)
+	for {
+		ctx, cancel := context.WithTimeout(b.t.Context(), 5*time.Second)
+		ack, err := b.env.JS.Publish(ctx, events.ApprovalSubject("cityops", runID, callID), payload, jetstream.WithMsgID(runID+"/"+reason))
+		cancel()
+		if err == nil {
+			return ack.Sequence
+		}
+		if time.Now().After(deadline) {
+			b.t.Fatalf("publish approval within %s: %v", d, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }
