@@ -1,11 +1,14 @@
 package worker_test
 
 import (
+	"errors"
 	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/loopgate/loopgate/events"
 	"github.com/loopgate/loopgate/journal"
@@ -206,4 +209,47 @@ func TestADeadLetteredApprovalWaitsOutAFullStore(t *testing.T) {
 	if d := last[events.ApprovedData](t, evs, events.TypeApproved); d.ApprovalSeq != seq {
 		t.Errorf("approved by message %d, want %d", d.ApprovalSeq, seq)
 	}
+}
+
+// A task whose only delivery parked its run and then lost its
+// acknowledgement (here its worker dies just after the parked event; a
+// failover loses one the same way) runs out of deliveries with no worker
+// settling it. The run is idle on its question, so the dead letter removes
+// the message and leaves the run parked: it used to stop it as a poison
+// message, and the approver's answer then found a finished run. Answered,
+// it ends done.
+func TestADeadLetterLeavesARunParkedOnAQuestion(t *testing.T) {
+	t.Parallel()
+	var died atomic.Bool
+	o := oneDraft(t, "drafted")
+	o.layout = journal.Layout{MaxDeliver: 1, AckWait: 500 * time.Millisecond}
+	o.retry = 20 * time.Millisecond
+	o.crash = func(point string) {
+		if point == "after:parked" && died.CompareAndSwap(false, true) {
+			runtime.Goexit() // parked, never acknowledged
+		}
+	}
+	b := setup(t, o)
+	runID, q := draftRun(t, b, "parked-dead-letter-1")
+	// The task goes from the work stream; the expiry's schedule stays.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		s, err := b.env.JS.Stream(t.Context(), journal.StreamWork)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = s.GetLastMsgForSubject(t.Context(), events.TaskSubject("cityops"))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the task is still in the work stream (%v)", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	b.publishApproval(runID, "s1c1", q.ArgsHash, "approve", "supervisor@cityops", "ok")
+	evs := b.waitEnd(runID)
+	assertTrail(t, evs, oneDraftApproved())
+	waitLogged(t, b, "work message out of deliveries for a run parked on a question", 1)
 }

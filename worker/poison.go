@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/loopgate/loopgate/approvals"
 	"github.com/loopgate/loopgate/events"
 	"github.com/loopgate/loopgate/internal/wait"
 	"github.com/loopgate/loopgate/journal"
@@ -50,7 +51,7 @@ func (p *Pool) giveUp(ctx context.Context, msg jetstream.Msg, cause string) (o o
 		return retry, cause
 	}
 	detail := fmt.Sprintf("the work message failed on all %d deliveries; last cause: %s", meta.NumDelivered, cause)
-	if err := p.stopPoisoned(ctx, msg.Subject(), msg.Data(), meta.Sequence.Stream, detail); err != nil {
+	if err := p.stopPoisoned(ctx, msg.Subject(), msg.Data(), meta.Sequence.Stream, detail, failedEach); err != nil {
 		p.log.ErrorContext(ctx, "could not stop a poisoned run", "subject", msg.Subject(), "err", err)
 		if o, reason := failedOn(err); o != retry {
 			return o, reason
@@ -304,7 +305,7 @@ func (p *Pool) bury(ctx context.Context, seq uint64, detail string) error {
 	if err != nil {
 		return fmt.Errorf("read message: %w", err)
 	}
-	if err := p.stopPoisoned(ctx, raw.Subject, raw.Data, seq, detail); err != nil {
+	if err := p.stopPoisoned(ctx, raw.Subject, raw.Data, seq, detail, unsettled); err != nil {
 		return err
 	}
 	if err := stream.DeleteMsg(ctx, seq); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
@@ -313,12 +314,23 @@ func (p *Pool) bury(ctx context.Context, seq uint64, detail string) error {
 	return nil
 }
 
+// poisoning says how a work message came to be stopped for: its worker
+// saw it fail on its last delivery, or it ran out of deliveries with no
+// worker settling it (the max-deliveries advisory, the stranded sweep).
+type poisoning int
+
+const (
+	failedEach poisoning = iota
+	unsettled
+)
+
 // stopPoisoned records the end of the run a work message belongs to:
 // finished with reason error for a started run, rejected for a task that
-// never started. A run already finished is left alone. It returns nil only
-// when the run's end is recorded, by this call or before it: the message
-// may then go.
-func (p *Pool) stopPoisoned(ctx context.Context, subject string, data []byte, streamSeq uint64, detail string) error {
+// never started. A run already finished is left alone, and so, for a
+// message that ran out unsettled, is a run idle on a question
+// (idleOnAQuestion). It returns nil only when the run's end is recorded,
+// by this call or before it, or needs none: the message may then go.
+func (p *Pool) stopPoisoned(ctx context.Context, subject string, data []byte, streamSeq uint64, detail string, how poisoning) error {
 	kind, tenant, runID, err := events.ParseWorkSubject(subject)
 	if err != nil {
 		return nil // unroutable: nothing to record against
@@ -334,10 +346,20 @@ func (p *Pool) stopPoisoned(ctx context.Context, subject string, data []byte, st
 	if err != nil {
 		return err
 	}
+	if st.Finished != nil || st.Rejection != nil {
+		return nil
+	}
+	if how == unsettled {
+		switch idle, err := p.idleOnAQuestion(ctx, st); {
+		case err != nil:
+			return err
+		case idle:
+			p.log.WarnContext(ctx, "work message out of deliveries for a run parked on a question: removing it; the run waits on", "run_id", runID, "stream_seq", streamSeq, "detail", detail)
+			return nil
+		}
+	}
 	p.log.ErrorContext(ctx, "poison message: stopping its run", "run_id", runID, "stream_seq", streamSeq, "detail", detail)
 	switch {
-	case st.Finished != nil || st.Rejection != nil:
-		return nil
 	case st.Started == nil:
 		_, err := p.recordRejection(ctx, tenant, streamSeq, &events.RejectedData{
 			Reason: detail, TaskID: firstTaskID(data), Subject: subject, PayloadExcerpt: excerpt(data),
@@ -352,6 +374,39 @@ func (p *Pool) stopPoisoned(ctx context.Context, subject string, data []byte, st
 		return nil // someone else recorded an end, or the run moved on
 	}
 	return err
+}
+
+// idleOnAQuestion reports whether a run is parked with nothing for a work
+// message to do: every question it awaits is still undecided in its entry
+// and not yet expired, so a delivery would only find it parked and let go
+// (run.wait). A message of such a run that ran out of deliveries with no
+// worker saying it failed most likely did its work and lost its
+// acknowledgement (to a failover, or its worker dying just after
+// parking): stopping the run for it would end a healthy run that waits
+// for a human. The run is woken by the answer, or at its expiry by the
+// wake-up its park scheduled. (A worker that saw the message fail, such
+// as a wake-up of a run whose profile was removed, still stops the run.)
+func (p *Pool) idleOnAQuestion(ctx context.Context, st *events.RunState) (bool, error) {
+	if st.Started == nil || !st.IsParked || !st.Parked() {
+		return false, nil
+	}
+	for _, c := range st.CurrentCalls {
+		if !c.Awaiting() {
+			continue
+		}
+		if !p.now().Before(c.Request.ExpiresAt) {
+			return false, nil // the wake-up's work: expire it
+		}
+		e, _, err := p.approvals.Get(ctx, st.RunID, c.Call.ID)
+		switch {
+		case errors.Is(err, approvals.ErrNotFound):
+		case err != nil:
+			return false, err
+		case !e.Pending() && e.Round == c.Request.Round:
+			return false, nil // decided, not recorded: the wake-up's work
+		}
+	}
+	return true, nil
 }
 
 func firstTaskID(data []byte) string {
