@@ -47,9 +47,10 @@ func (c *Cluster) Restart(t testing.TB, i int) {
 	}
 }
 
-// restartWait bounds how long a restarted server may take to listen: it
-// recovers its streams first, which under -race on a loaded machine has
-// taken more than 10 s.
+// restartWait bounds how long a restarted server may take to listen
+// once started. Its listeners come up in goroutines of their own, late on
+// a loaded machine under -race; the 10 s this used to be could not tell
+// that from a port taken, which now shows at once as a fatal error.
 const restartWait = 60 * time.Second
 
 // TryRestart is Restart for a goroutine other than the test's: it returns
