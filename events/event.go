@@ -3,6 +3,7 @@ package events
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 
 	jsonv2 "github.com/go-json-experiment/json"
@@ -32,16 +33,18 @@ const (
 	TypeFinished          Type = "finished"           // the run stopped, with a reason
 )
 
-// Known reports whether t is a type this version understands.
-func (t Type) Known() bool {
-	switch t {
-	case TypeRejected, TypeStarted, TypeProposed, TypeValidated, TypeDenied,
-		TypeApprovalRequested, TypeParked, TypeApproved, TypeApprovalRejected, TypeReconciled, TypeExecuting,
-		TypeExecuted, TypeObserved, TypeFinished:
-		return true
+// Types returns every event type this version writes, in the order of
+// the constants above: the enum of schemas/event.schema.json's type.
+func Types() []Type {
+	return []Type{
+		TypeRejected, TypeStarted, TypeProposed, TypeValidated, TypeDenied,
+		TypeApprovalRequested, TypeParked, TypeApproved, TypeApprovalRejected, TypeReconciled,
+		TypeExecuting, TypeExecuted, TypeObserved, TypeFinished,
 	}
-	return false
 }
+
+// Known reports whether t is a type this version understands.
+func (t Type) Known() bool { return slices.Contains(Types(), t) }
 
 // Event is the envelope every event carries. Data holds the type-specific
 // payload (see the *Data types), already redacted.

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kaptinlin/jsonschema"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
 
@@ -21,6 +22,7 @@ import (
 	"github.com/loopgate/loopgate/internal/natstest"
 	"github.com/loopgate/loopgate/journal"
 	"github.com/loopgate/loopgate/model"
+	"github.com/loopgate/loopgate/schemas"
 	"github.com/loopgate/loopgate/tools"
 	"github.com/loopgate/loopgate/worker"
 )
@@ -318,12 +320,28 @@ func (b *bundle) waitEnd(runID string) []events.Event {
 	return evs
 }
 
+// eventSchema is schemas/event.schema.json, compiled once for every test.
+var eventSchema = sync.OnceValues(func() (*jsonschema.Schema, error) { return schemas.Compile("event") })
+
 // checkEnvelopes asserts the wire contract of a run's events: seq 1..n with
-// no gap, unique UUID v7 event ids, the run and tenant on each.
+// no gap, unique UUID v7 event ids, the run and tenant on each, and each
+// event, as stored, valid against the event schema loopgate ships, the
+// document a reader of the stream checks it with.
 func checkEnvelopes(t testing.TB, runID string, evs []events.Event) {
 	t.Helper()
+	schema, err := eventSchema()
+	if err != nil {
+		t.Fatal(err)
+	}
 	seen := map[string]bool{}
 	for i, e := range evs {
+		stored, err := e.Encode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res := schema.ValidateJSON(stored); !res.IsValid() {
+			t.Fatalf("event %d (%s) does not match event.schema.json: %v\n%s", e.Seq, e.Type, schemas.Errors(res), stored)
+		}
 		if e.Seq != uint64(i+1) {
 			t.Fatalf("event %d has seq %d: the trail has a gap", i, e.Seq)
 		}
