@@ -151,7 +151,11 @@ type Pool struct {
 	idem         *idempotency.Store
 	sessions     *sessions.Store
 	maxDeliver   int
-	advisories   interface{ Unsubscribe() error }
+	// ackWait is the workers consumer's AckWait: how long a run another
+	// worker drives is left to it (yieldTo), the time in which JetStream
+	// would hand that worker's message to another had it died.
+	ackWait    time.Duration
+	advisories interface{ Unsubscribe() error }
 	// refusedWarned is when the pool last warned that the server refused
 	// its atomic batches (unix nanoseconds): at most once a minute.
 	refusedWarned atomic.Int64
@@ -278,6 +282,7 @@ func (p *Pool) Start(ctx context.Context) error {
 	}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	p.maxDeliver = cons.CachedInfo().Config.MaxDeliver
+	p.ackWait = cons.CachedInfo().Config.AckWait
 	if aw := cons.CachedInfo().Config.AckWait; aw > 0 && p.opts.Heartbeat > aw/3 {
 		// Beat well inside the consumer's AckWait, whatever was asked: a
 		// step longer than AckWait would otherwise go to a second worker
@@ -765,9 +770,14 @@ const maxReloads = 3
 func (p *Pool) drive(ctx context.Context, r *run) (outcome, string) {
 	err := p.driveOnce(ctx, r)
 	for i := 0; i < maxReloads && errors.Is(err, journal.ErrConflict); i++ {
-		_, st, last, lerr := p.readRun(ctx, r.task.Tenant, r.st.RunID)
+		evs, st, last, lerr := p.readRun(ctx, r.task.Tenant, r.st.RunID)
 		if lerr != nil {
 			return p.failed(ctx, r, lerr)
+		}
+		if st.Finished == nil && !st.IsParked && r.proposedByAnother(evs) {
+			if o, reason, ok := p.yieldTo(ctx, r); ok {
+				return o, reason
+			}
 		}
 		nr, nerr := p.newRun(st, last, r.task, r.limits)
 		if nerr != nil {
@@ -779,6 +789,24 @@ func (p *Pool) drive(ctx context.Context, r *run) (outcome, string) {
 		err = p.driveOnce(ctx, r)
 	}
 	return p.failed(ctx, r, err)
+}
+
+// yieldTo leaves a run that another worker is driving to that worker: the
+// message is settled and a wake-up looks at the run again an AckWait
+// later (the contended schedule), by when JetStream would have handed that
+// worker's message to another had it died. A driver that went on beside
+// it would ask the model at every step it reaches too, a second model call
+// per step that the budgets never see: only the winner's proposed event is
+// recorded, and usage is counted from those. ok is false when the wake-up
+// cannot be scheduled; the caller then goes on driving, as before.
+func (p *Pool) yieldTo(ctx context.Context, r *run) (o outcome, reason string, ok bool) {
+	at := p.now().Add(max(p.ackWait, p.opts.RetryDelay))
+	if err := p.scheduleWake(ctx, r.task.Tenant, r.st.RunID, contendedKey, at); err != nil {
+		r.log.WarnContext(ctx, "another worker is driving the run, and a wake-up to look again cannot be scheduled; going on beside it", "err", err)
+		return 0, "", false
+	}
+	r.log.InfoContext(ctx, "another worker is driving the run (it asked the model since this one read the run); leaving it to that worker", "look_again_at", at)
+	return settled, "", true
 }
 
 // driveOnce drives r, batching its events if the pool does, and makes

@@ -2,6 +2,7 @@ package worker_test
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -82,5 +83,75 @@ func TestTwoWorkersForcedOntoOneRunNeverBothWrite(t *testing.T) {
 	}
 	if writes.Load() != 1 {
 		t.Fatalf("the write ran %d times", writes.Load())
+	}
+}
+
+// A worker that loses a race to another driver of the run (one that asked
+// the model since it read the run) leaves the run to it: it settles its
+// message and looks again an AckWait later, rather than go on beside the
+// winner and ask the model at each step the winner asks it, a second
+// model call per step that no budget counts. (Where the winner is in a
+// tool, the loser already waits out the call's lease: "run busy".)
+//
+// Both workers are made to propose step 1 at once; its decision names no
+// tool, so no lease holds the loser back. Step 2's model call waits up to
+// 3 s for a second caller: a loser that went on would come within about a
+// second, through its reloads or its contended wake-up.
+func TestTheLoserOfARaceLeavesTheRunToItsDriver(t *testing.T) {
+	t.Parallel()
+	meet := &rendezvous{both: make(chan struct{})}
+	var calls [3]atomic.Int32
+	second := make(chan struct{})
+	script := scripted(t,
+		`{"tool_calls":[{"tool":"email_resident","args":{"to":"r@example.org"}}]}`,
+		`{"final_answer":{"summary":"nothing sent"}}`)
+	b := setup(t, options{
+		agents: map[string]config.Profile{"caller": profile("lookup_complaints")},
+		scripts: map[string]model.Model{"caller": model.Func(func(ctx context.Context, req model.Request) (model.Response, error) {
+			if req.Step < len(calls) {
+				switch calls[req.Step].Add(1) {
+				case 1:
+					if req.Step == 2 {
+						select { // the winner waits here for a second caller
+						case <-second:
+						case <-time.After(3 * time.Second):
+						}
+					}
+				case 2:
+					if req.Step == 2 {
+						close(second)
+					}
+				}
+			}
+			if req.Step == 1 {
+				meet.meet(ctx)
+			}
+			return script.Propose(ctx, req)
+		})},
+		retry:   50 * time.Millisecond,
+		workers: 1,
+	})
+	other := b.newPool()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = other.Stop(ctx)
+	})
+
+	runID := b.submit(task("race-yield-1", "caller"))
+	b.waitType(runID, events.TypeStarted, 1)
+	if _, err := b.env.JS.Publish(t.Context(), events.ResumeSubject("cityops", runID), nil); err != nil {
+		t.Fatal(err)
+	}
+	evs := b.waitEnd(runID)
+	assertTrail(t, evs, []string{"started", "proposed", "validated:unknown_tool(email_resident)", "observed(email_resident)", "proposed:final", "finished:done"})
+	if got := calls[1].Load(); got != 2 {
+		t.Fatalf("step 1 was proposed %d times, want 2: the race was not forced", got)
+	}
+	if got := calls[2].Load(); got != 1 {
+		t.Errorf("the model was asked %d times at step 2, want once: the loser went on beside the winner\n%s", got, b.logs.String())
+	}
+	if !strings.Contains(b.logs.String(), "leaving it to that worker") {
+		t.Errorf("no worker logged that it left the run to its driver:\n%s", b.logs.String())
 	}
 }

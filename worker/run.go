@@ -39,6 +39,12 @@ type run struct {
 	// proposed or validated them itself. A call whose stored arguments
 	// were redacted cannot be validated or run faithfully by another.
 	fresh map[string]bool
+	// read is the seq of the run's last event when this worker read it,
+	// and proposals the ids of the proposed events it appended since:
+	// together they tell another driver's model calls from its own
+	// (proposedByAnother).
+	read      uint64
+	proposals []string
 }
 
 // newRun prepares st (folded from the run's events, possibly none) to be
@@ -86,7 +92,7 @@ func (p *Pool) bareRun(st *events.RunState, last uint64, task events.Task, limit
 		st.RunID = events.RunID(task.Tenant, task.TaskID)
 	}
 	return &run{
-		p: p, st: st, last: last, task: task, limits: limits,
+		p: p, st: st, last: last, task: task, limits: limits, read: st.LastSeq,
 		log: p.log.With("run_id", st.RunID, "tenant", task.Tenant, "agent", task.Agent),
 	}
 }
@@ -118,6 +124,9 @@ func (r *run) append(ctx context.Context, typ events.Type, step int, callID, too
 	// it saw, so a call it validated runs with its real arguments.
 	stored := e
 	stored.Data, _ = r.p.redactor.JSON(e.Data)
+	if typ == events.TypeProposed {
+		r.proposals = append(r.proposals, e.EventID)
+	}
 	if r.batch {
 		r.staged = append(r.staged, stored)
 		return r.st.Apply(&e)
@@ -371,6 +380,20 @@ func (r *run) adopt(old *run) {
 		}
 		r.know(id)
 	}
+}
+
+// proposedByAnother reports whether evs, the run read again, hold a
+// proposed event that r did not append, after the run as r read it: a
+// model call by another driver of the run. (Its own may be there: a step's
+// staged events appended one by one store a prefix before the conflict.)
+func (r *run) proposedByAnother(evs []events.Event) bool {
+	for i := range evs {
+		e := &evs[i]
+		if e.Seq > r.read && e.Type == events.TypeProposed && !slices.Contains(r.proposals, e.EventID) {
+			return true
+		}
+	}
+	return false
 }
 
 // boundedRaw keeps at most 4 KiB of an invalid model output for the trail.
