@@ -765,8 +765,9 @@ const maxReloads = 3
 
 // drive runs r and, when another writer appended to the run first (an
 // approval handler, or a second worker forced onto the run), reloads its
-// events and continues from what they now say. Only the writer whose
-// executing append won ever runs the tool.
+// events and continues from what they now say, or leaves the run to a
+// second driver that asked the model meanwhile (yieldTo). Only the writer
+// whose executing append won ever runs the tool.
 func (p *Pool) drive(ctx context.Context, r *run) (outcome, string) {
 	err := p.driveOnce(ctx, r)
 	for i := 0; i < maxReloads && errors.Is(err, journal.ErrConflict); i++ {
