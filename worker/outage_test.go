@@ -370,3 +370,80 @@ func TestARunWaitsOutAStreamThatDoesNotAnswer(t *testing.T) {
 func ackEvents(b *bundle, on bool) error {
 	return updateEvents(func(cfg *jetstream.StreamConfig, _ jetstream.StreamState) { cfg.NoAck = !on }, b)
 }
+
+// Held runs do not each wait out their own backoff once JetStream takes
+// writes again: the first to get through tells the others (recovery).
+// Run A is held from early on, its tries 4 s apart by the time the store
+// is emptied; run B is held only just before, its next try within half a
+// second. Once B's write goes through, A tries at once: it finishes
+// within a second or so of the purge, where alone it would wait its 4 s.
+func TestAHeldRunGoesOnWhenAnotherGetsThrough(t *testing.T) {
+	t.Parallel()
+	entered, release, decideB := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	m := fakeTool("slow_read", tools.Read, false)
+	quick := scripted(t, `{"final_answer":{"summary":"ok"}}`)
+	b := setup(t, options{
+		maxFileStore: 8 << 20,
+		tools:        []tools.Manifest{m}, roles: writerRoles("slow_read"),
+		builtins: tools.Builtins{"slow_read": func(ctx context.Context, c tools.Call) (any, error) {
+			close(entered)
+			<-release
+			return map[string]int{"n": 1}, nil
+		}},
+		agents: map[string]config.Profile{"slow": profile("slow_read"), "quick": profile("slow_read")},
+		scripts: map[string]model.Model{
+			"slow": scripted(t, `{"tool_calls":[{"tool":"slow_read","args":{}}]}`, `{"final_answer":{"summary":"ok"}}`),
+			"quick": model.Func(func(ctx context.Context, req model.Request) (model.Response, error) {
+				<-decideB // B's decision comes once the store is full and A held
+				return quick.Propose(ctx, req)
+			}),
+		},
+		layout:  journal.Layout{MaxDeliver: 2},
+		retry:   250 * time.Millisecond,
+		workers: 2,
+	})
+	store := fillStore(t, b.env.JS, 8) // room for both runs' first events
+	a := b.submit(task("held-a", "slow"))
+	bID := b.submit(task("held-b", "quick"))
+	<-entered
+	b.waitType(bID, events.TypeStarted, 1)
+	err := store.top()
+	close(release)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A's tries: at once, then 0.25, 0.5, 1 and 2 s apart; the next, 4 s.
+	const refused = "JetStream cannot store the run's events"
+	waitLogged(t, b, refused, 5)
+	close(decideB) // B's proposed is refused: B is held too, 0.25 s to its next try
+	waitLoggedFor(t, b, refused, bID)
+
+	store.purge(t)
+	purged := time.Now()
+	evsB := b.waitEnd(bID)
+	assertTrail(t, evsB, []string{"started", "proposed:final", "finished:done"})
+	evsA := b.waitEnd(a)
+	assertTrail(t, evsA, concat([]string{"started"}, okStep("slow_read"), []string{"proposed:final", "finished:done"}))
+	after := evsA[len(evsA)-1].Time.Sub(purged)
+	t.Logf("run A finished %s after the purge", after)
+	if after > 2500*time.Millisecond {
+		t.Errorf("run A finished %s after the store had room again, want well under its 4 s backoff: it was not told", after)
+	}
+}
+
+// waitLoggedFor waits for a log line holding s and runID.
+func waitLoggedFor(t *testing.T, b *bundle, s, runID string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		for line := range strings.Lines(b.logs.String()) {
+			if strings.Contains(line, s) && strings.Contains(line, runID) {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the log never said %q of run %s:\n%s", s, runID, b.logs.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

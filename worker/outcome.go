@@ -10,7 +10,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/loopgate/loopgate/internal/wait"
 	"github.com/loopgate/loopgate/journal"
 )
 
@@ -132,8 +131,9 @@ func StoreUnavailable(err error) bool {
 }
 
 // maxOutageDelay caps the wait between tries while JetStream cannot take
-// writes: a run goes on at most this long after the outage ends, and a
-// long outage logs once per this per run held.
+// writes: a run goes on at most this long after the outage ends (sooner
+// when another held run gets through first: recovery), and a long outage
+// logs once per this per run held.
 const maxOutageDelay = 10 * time.Second
 
 // patiently runs write until JetStream takes it or answers anything but an
@@ -148,10 +148,13 @@ func (p *Pool) patiently(ctx context.Context, log *slog.Logger, what string, wri
 	for try := 1; ; try++ {
 		err := write()
 		if !outage(err) {
+			if try > 1 {
+				p.recovery.tell() // JetStream answers again
+			}
 			return waited, err
 		}
 		log.WarnContext(ctx, "JetStream cannot store "+what+"; trying again", "try", try, "in", delay, "err", err)
-		werr := wait.For(ctx, delay)
+		werr := p.waitOutage(ctx, delay)
 		waited = time.Since(first)
 		if werr != nil {
 			return waited, fmt.Errorf("%w (while waiting out: %w)", werr, err)
@@ -170,10 +173,12 @@ func (p *Pool) waitOutOutage(ctx context.Context, what, subject string, o outcom
 	for delay := p.opts.RetryDelay; o == unavailable; delay = min(2*delay, maxOutageDelay) {
 		p.log.WarnContext(ctx, "JetStream cannot store or read "+what+"; keeping its message and trying again",
 			"subject", subject, "in", delay, "cause", reason)
-		if wait.For(ctx, delay) != nil {
+		if p.waitOutage(ctx, delay) != nil {
 			return stopping, reason
 		}
-		o, reason = try()
+		if o, reason = try(); o != unavailable {
+			p.recovery.tell() // JetStream answers again
+		}
 	}
 	return o, reason
 }

@@ -161,6 +161,9 @@ type Pool struct {
 	refusedWarned atomic.Int64
 	// fetching reports the workers' failed pulls of work, once for all.
 	fetching *troubleLog
+	// recovery tells the messages held through an outage that one of
+	// them got through.
+	recovery recovery
 
 	mu           sync.Mutex
 	started      bool

@@ -1,0 +1,47 @@
+package worker
+
+import (
+	"testing"
+	"time"
+)
+
+// Told of a recovery, a message waiting out an outage tries again at
+// once, but never sooner than RetryDelay after its last try; untold, it
+// waits its whole delay.
+func TestWaitOutageTriesAgainWhenTold(t *testing.T) {
+	t.Parallel()
+	p := &Pool{opts: Config{RetryDelay: 300 * time.Millisecond}}
+
+	began := time.Now()
+	done := make(chan error, 1)
+	go func() { done <- p.waitOutage(t.Context(), 10*time.Second) }()
+	time.Sleep(50 * time.Millisecond)
+	p.recovery.tell()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if waited := time.Since(began); waited < 300*time.Millisecond || waited > 3*time.Second {
+		t.Errorf("told after 50ms, waited %s: want RetryDelay (300ms) since the last try, not less, and not the 10s delay", waited)
+	}
+
+	began = time.Now()
+	go func() { done <- p.waitOutage(t.Context(), 200*time.Millisecond) }()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if waited := time.Since(began); waited < 200*time.Millisecond {
+		t.Errorf("untold, waited %s of a 200ms delay", waited)
+	}
+
+	// Told long after the last try: no further wait.
+	began = time.Now()
+	go func() { done <- p.waitOutage(t.Context(), 10*time.Second) }()
+	time.Sleep(500 * time.Millisecond)
+	p.recovery.tell()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if waited := time.Since(began); waited > 3*time.Second {
+		t.Errorf("told after 500ms, waited %s", waited)
+	}
+}
