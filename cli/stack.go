@@ -462,6 +462,21 @@ func (a natsAuth) options(withTLS bool) ([]nats.Option, error) {
 	return opts, nil
 }
 
+// subscriptionKind names a nats.SubscriptionType for the log.
+func subscriptionKind(t nats.SubscriptionType) string {
+	switch t {
+	case nats.AsyncSubscription:
+		return "handler"
+	case nats.SyncSubscription:
+		return "sync"
+	case nats.ChanSubscription:
+		return "chan"
+	case nats.PullSubscription:
+		return "pull"
+	}
+	return "unknown"
+}
+
 // logAsyncErrors logs what the server reports without failing a call, a
 // permission violation above all: a refused request is otherwise only a
 // timeout. It also passes each permission violation to onRefusal.
@@ -469,7 +484,14 @@ func logAsyncErrors(log *slog.Logger, onRefusal func(error)) nats.Option {
 	return nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
 		attrs := []any{"err", err}
 		if sub != nil {
-			attrs = append(attrs, "subject", sub.Subject)
+			// The kind and the count say whose messages were lost: a
+			// slow consumer on a bare inbox is a pull (chan, a Fetch or
+			// Next, whose buffer is twice its batch) or a subscription
+			// with a handler that fell behind its pending limits.
+			attrs = append(attrs, "subject", sub.Subject, "subscription", subscriptionKind(sub.Type()))
+			if n, derr := sub.Dropped(); derr == nil {
+				attrs = append(attrs, "dropped", n)
+			}
 		}
 		if errors.Is(err, nats.ErrPermissionViolation) {
 			log.Error("nats: the server refused an operation of this user (see deploy/nats-accounts.conf)", attrs...)

@@ -10,15 +10,13 @@ import (
 
 // recovery carries word, between the messages a pool holds through an
 // outage, that JetStream answers again. Each held message tries again at
-// doubling intervals, up to maxOutageDelay: alone, a run held since the
-// start of a failover goes on up to that long after the cluster has new
-// leaders. In make soak's cluster test the runs stood still for 6 s after
-// a node died, then crawled for 10 s more, their retries 4 and 8 s apart,
-// until a worker was killed and its messages went to the other. The first
-// held message whose try gets through now tells the others, which try at
-// once (not sooner than RetryDelay after their own last try, so a
-// partial outage, where some writes go through and others do not, costs
-// no more tries than a fresh outage does).
+// doubling intervals, up to maxOutageDelay: alone, a run held since early
+// in an outage goes on up to that long after it ended (4 s after a store
+// was emptied, in TestAHeldRunGoesOnWhenAnotherGetsThrough; 0.25 s when
+// told). The first held message whose try gets through now tells the
+// others, which try at once, but not sooner than RetryDelay after their
+// own last try: in a partial outage, where some writes go through and
+// others do not, that costs no more tries than a fresh outage does.
 type recovery struct {
 	mu sync.Mutex
 	ch chan struct{} // closed when a held message got through; nil when no one waits
