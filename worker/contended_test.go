@@ -145,12 +145,7 @@ func TestAWorkerOutrunByAnotherDriverLetsItFinish(t *testing.T) {
 	}
 	runID := b.submit(task("contended-1", "caller"))
 	<-aStarted
-	other := b.newPool()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = other.Stop(ctx)
-	})
+	b.secondPool()
 	if _, err := b.env.JS.Publish(t.Context(), events.ResumeSubject("cityops", runID), nil); err != nil {
 		t.Fatal(err)
 	}

@@ -49,12 +49,7 @@ func TestTwoGroupCommitPoolsRacingOnManyRuns(t *testing.T) {
 		workers:     runs,
 		groupCommit: 2,
 	})
-	other := b.newPool()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = other.Stop(ctx)
-	})
+	b.secondPool()
 	var ids []string
 	for i := range runs {
 		ids = append(ids, b.submit(task(fmt.Sprintf("jrnl-race-%d", i), "ticketer")))

@@ -211,6 +211,18 @@ func setup(t testing.TB, o options) *bundle {
 	return b
 }
 
+// secondPool starts another pool on the bundle's server, as a second
+// worker process would be, stopped when the test ends.
+func (b *bundle) secondPool() *worker.Pool {
+	other := b.newPool()
+	b.t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = other.Stop(ctx)
+	})
+	return other
+}
+
 func (b *bundle) stopPool() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

@@ -62,12 +62,7 @@ func TestTwoWorkersForcedOntoOneRunNeverBothWrite(t *testing.T) {
 		retry:   50 * time.Millisecond,
 		workers: 1,
 	})
-	other := b.newPool()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = other.Stop(ctx)
-	})
+	b.secondPool()
 
 	tk := task("race-run-1", "ticketer")
 	runID := b.submit(tk)
@@ -131,12 +126,7 @@ func TestTheLoserOfARaceLeavesTheRunToItsDriver(t *testing.T) {
 		retry:   50 * time.Millisecond,
 		workers: 1,
 	})
-	other := b.newPool()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = other.Stop(ctx)
-	})
+	b.secondPool()
 
 	runID := b.submit(task("race-yield-1", "caller"))
 	b.waitType(runID, events.TypeStarted, 1)
