@@ -46,15 +46,13 @@ const maxApprovalBytes = 16 << 10
 //
 // taking ends when the pool stops taking messages (Stop), ctx when its
 // runs are cancelled.
-func (p *Pool) consumeApprovals(ctx, taking context.Context, iter jetstream.MessagesContext, lanes int, ackWait time.Duration) {
+func (p *Pool) consumeApprovals(ctx, taking context.Context, feed *approvalFeed, cc jetstream.ConsumeContext, ackWait time.Duration) {
 	var stuckAfter atomic.Int64 // the consumer's AckWait, which a consumer made again may change
 	stuckAfter.Store(int64(ackWait))
-	queues := make([]*lane, lanes)
 	var wg sync.WaitGroup
-	for i := range queues {
-		queues[i] = newLane()
+	for _, l := range feed.queues {
 		wg.Go(func() {
-			for msg, ok := queues[i].next(p.now); ok; msg, ok = queues[i].next(p.now) {
+			for msg, ok := l.next(p.now); ok; msg, ok = l.next(p.now) {
 				p.handleApproval(ctx, msg)
 			}
 		})
@@ -68,7 +66,7 @@ func (p *Pool) consumeApprovals(ctx, taking context.Context, iter jetstream.Mess
 			case <-beating.Done():
 				return
 			case <-t.C:
-				for _, l := range queues {
+				for _, l := range feed.queues {
 					l.beat(p.now(), time.Duration(stuckAfter.Load()))
 				}
 			}
@@ -76,79 +74,107 @@ func (p *Pool) consumeApprovals(ctx, taking context.Context, iter jetstream.Mess
 	})
 	defer func() {
 		stopBeating()
-		for _, l := range queues {
+		for _, l := range feed.queues {
 			l.close()
 		}
 		wg.Wait()
 	}()
-	trouble := newTroubleLog("fetch approvals", p.log, p.now)
 	for {
-		msg, err := iter.Next()
-		if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
-			// Stop drained it, or the server ended it for good (the
-			// consumer was deleted, a pull was refused as a bad request:
-			// the one error before this said which). Only the first is
-			// an end: otherwise the process would go on taking work and
-			// decide no approval again, and say nothing of it.
-			var aw time.Duration
-			if iter, aw = p.reopenApprovals(taking, trouble); iter == nil {
-				return
-			}
-			if aw > 0 {
-				stuckAfter.Store(int64(aw))
-			}
-			continue
+		// Consuming ends when Stop drained it, or the server ended it for
+		// good (the consumer was deleted, a pull was refused as a bad
+		// request: the error handler said which). Only the first is an
+		// end: otherwise the process would go on taking work and decide
+		// no approval again, and say nothing of it.
+		<-cc.Closed()
+		var aw time.Duration
+		if cc, aw = p.reopenApprovals(taking, feed); cc == nil {
+			return
 		}
-		if err != nil {
-			// The iterator pulls again by itself (a missed heartbeat
-			// every 2s through an outage): warn now and then.
-			trouble.failed(ctx, err)
-			continue
+		if aw > 0 {
+			stuckAfter.Store(int64(aw))
 		}
-		trouble.ok(ctx)
-		queues[laneOf(msg.Subject(), lanes)].push(msg)
 	}
 }
 
-// openApprovals opens an iterator of the approvals consumer's messages,
-// and says the consumer's AckWait.
-func (p *Pool) openApprovals(ctx context.Context) (jetstream.MessagesContext, time.Duration, error) {
+// approvalFeed is where the approvals consumer delivers: the lanes of
+// consumeApprovals, which exist before consuming starts. Messages come
+// through a handler (jetstream's Consume), not an iterator (Messages): an
+// iterator's messages wait in a channel as deep as its batch, with the
+// pull's heartbeats, and a burst of more (a process thawed after a stop,
+// a connection moved to another server) was dropped as a slow consumer,
+// approval messages among them, each back only after AckWait with a
+// delivery spent (make soak's freeze test: 13 drops of 7 to 34 messages
+// on one subscription). A handler's messages wait in the client's pending
+// list, bounded by the subscription's pending limits.
+type approvalFeed struct {
+	ctx     context.Context // for the trouble log
+	queues  []*lane
+	trouble *troubleLog
+	crash   func(string)
+}
+
+func (p *Pool) newApprovalFeed(ctx context.Context, lanes int) *approvalFeed {
+	f := &approvalFeed{ctx: ctx, queues: make([]*lane, lanes), trouble: newTroubleLog("fetch approvals", p.log, p.now), crash: p.crash}
+	for i := range f.queues {
+		f.queues[i] = newLane()
+	}
+	return f
+}
+
+// deliver queues an approval message in its run's lane; it never waits
+// for the lane.
+func (f *approvalFeed) deliver(msg jetstream.Msg) {
+	f.crash("deliver:approval")
+	f.trouble.ok(f.ctx)
+	f.queues[laneOf(msg.Subject(), len(f.queues))].push(msg)
+}
+
+// failed logs a pull's trouble now and then: the consumer pulls again by
+// itself (a missed heartbeat every 2s through an outage).
+func (f *approvalFeed) failed(_ jetstream.ConsumeContext, err error) {
+	f.trouble.failed(f.ctx, err)
+}
+
+// openApprovals starts consuming the approvals consumer's messages into
+// feed, and says the consumer's AckWait.
+func (p *Pool) openApprovals(ctx context.Context, feed *approvalFeed) (jetstream.ConsumeContext, time.Duration, error) {
 	cons, err := p.js.Consumer(ctx, journal.StreamApprovals, journal.ConsumerApprovals)
 	if err != nil {
 		return nil, 0, fmt.Errorf("worker: consumer %s on %s: %w", journal.ConsumerApprovals, journal.StreamApprovals, err)
 	}
-	iter, err := cons.Messages(jetstream.PullMaxMessages(p.opts.Workers), jetstream.PullExpiry(pullExpiry), jetstream.PullHeartbeat(pullHeartbeat))
+	cc, err := cons.Consume(feed.deliver, jetstream.PullMaxMessages(p.opts.Workers), jetstream.PullExpiry(pullExpiry), jetstream.PullHeartbeat(pullHeartbeat),
+		jetstream.ConsumeErrHandler(feed.failed))
 	if err != nil {
 		return nil, 0, fmt.Errorf("worker: consume %s: %w", journal.StreamApprovals, err)
 	}
-	return iter, cons.CachedInfo().Config.AckWait, nil
+	return cc, cons.CachedInfo().Config.AckWait, nil
 }
 
-// reopenApprovals opens the approvals iterator again after the server
-// ended the last one, and makes it the one Stop drains. It waits
-// RetryDelay before each try, the first too: a server that refuses every
-// pull (a bad request) ends each iterator at once, and opening again at
-// once would loop hot. The trouble is over when a message comes, not when
-// the consumer answers. It returns nil once taking is done (the pool
-// stops) or the connection is closed, and the consumer's AckWait.
-func (p *Pool) reopenApprovals(taking context.Context, trouble *troubleLog) (jetstream.MessagesContext, time.Duration) {
+// reopenApprovals starts consuming again after the server ended it, and
+// makes it the one Stop drains. It waits RetryDelay before each try, the
+// first too: a server that refuses every pull (a bad request) ends each
+// at once, and starting again at once would loop hot. The trouble is over
+// when a message comes, not when the consumer answers. It returns nil once
+// taking is done (the pool stops) or the connection is closed, and the
+// consumer's AckWait.
+func (p *Pool) reopenApprovals(taking context.Context, feed *approvalFeed) (jetstream.ConsumeContext, time.Duration) {
 	for wait.For(taking, p.opts.RetryDelay) == nil {
-		iter, ackWait, err := p.openApprovals(taking)
+		cc, ackWait, err := p.openApprovals(taking, feed)
 		switch {
 		case err == nil:
 			p.mu.Lock()
 			if p.stopped {
 				p.mu.Unlock()
-				iter.Stop()
+				cc.Stop()
 				return nil, 0
 			}
-			p.approvalIter = iter
+			p.approvalIter = cc
 			p.mu.Unlock()
-			return iter, ackWait
+			return cc, ackWait
 		case errors.Is(err, nats.ErrConnectionClosed) || errors.Is(err, jetstream.ErrConnectionClosed):
 			return nil, 0
 		}
-		trouble.failed(taking, err)
+		feed.trouble.failed(taking, err)
 	}
 	return nil, 0
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -445,5 +446,49 @@ func waitLoggedFor(t *testing.T, b *bundle, s, runID string) {
 			t.Fatalf("the log never said %q of run %s:\n%s", s, runID, b.logs.String())
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// A stall in the delivery of approval messages (a process stopped and
+// resumed, a connection moved to another server) loses none of them.
+// With jetstream's Messages iterator, whose channel holds as many
+// messages as the pool has workers, the pull's heartbeats filled it while
+// the first approval's delivery was held, and the two approvals that came
+// next were dropped as a slow consumer: back only after AckWait (5 s
+// here), a delivery spent. Delivered by a handler (Consume), they wait in
+// the client's pending list and are decided as soon as the stall ends.
+func TestApprovalsThatCameDuringAStallAreNotDropped(t *testing.T) {
+	t.Parallel()
+	stall := make(chan struct{})
+	var once sync.Once
+	o := oneDraft(t, "drafted")
+	o.workers = 2
+	o.crash = func(point string) {
+		if point == "deliver:approval" {
+			once.Do(func() { <-stall })
+		}
+	}
+	b := setup(t, o)
+	runs := make([]string, 3)
+	hashes := make([]string, 3)
+	for i := range runs {
+		id, q := draftRun(t, b, fmt.Sprintf("stall-%d", i+1))
+		runs[i], hashes[i] = id, q.ArgsHash
+	}
+	b.publishApproval(runs[0], "s1c1", hashes[0], "approve", "supervisor@cityops", "ok")
+	time.Sleep(3 * time.Second) // its delivery is held; the pull's heartbeats pile up
+	for i := 1; i < len(runs); i++ {
+		b.publishApproval(runs[i], "s1c1", hashes[i], "approve", "supervisor@cityops", "ok")
+	}
+	time.Sleep(500 * time.Millisecond) // they reach the client during the stall
+	released := time.Now()
+	close(stall)
+	for _, runID := range runs {
+		evs := b.waitEnd(runID)
+		assertTrail(t, evs, oneDraftApproved())
+		approved := evs[slices.IndexFunc(evs, func(e events.Event) bool { return e.Type == events.TypeApproved })]
+		if after := approved.Time.Sub(released); after > 3*time.Second {
+			t.Errorf("run %s was approved %s after the stall ended: its approval message was dropped and came back after AckWait", runID, after)
+		}
 	}
 }

@@ -168,7 +168,7 @@ type Pool struct {
 	mu           sync.Mutex
 	started      bool
 	stopped      bool
-	approvalIter jetstream.MessagesContext
+	approvalIter jetstream.ConsumeContext
 	// stopTaking ends the workers' pulls of work messages (Stop).
 	stopTaking context.CancelFunc
 	cancel     context.CancelFunc
@@ -274,7 +274,8 @@ func (p *Pool) Start(ctx context.Context) error {
 		return fmt.Errorf("worker: bucket %s: %w", journal.BucketSessions, err)
 	}
 	p.sessions = sessions.NewStore(skv)
-	aiter, approvalsAckWait, err := p.openApprovals(ctx)
+	feed := p.newApprovalFeed(context.WithoutCancel(ctx), p.opts.Workers)
+	aiter, approvalsAckWait, err := p.openApprovals(ctx, feed)
 	if err != nil {
 		return err
 	}
@@ -311,7 +312,7 @@ func (p *Pool) Start(ctx context.Context) error {
 	}
 	// Approval messages are decided in as many lanes as there are workers,
 	// each run's in order in its lane (see consumeApprovals).
-	p.wg.Go(func() { p.consumeApprovals(runCtx, taking, aiter, p.opts.Workers, approvalsAckWait) })
+	p.wg.Go(func() { p.consumeApprovals(runCtx, taking, feed, aiter, approvalsAckWait) })
 	p.wg.Go(func() { p.listUnlisted(runCtx) })
 	p.log.InfoContext(ctx, "workers started", "workers", p.opts.Workers)
 	return nil
