@@ -100,7 +100,7 @@ func TestAPoolTryingToReopenItsApprovalsStops(t *testing.T) {
 	t.Parallel()
 	b := setup(t, options{retry: 20 * time.Millisecond})
 	deleteConsumer(t, b, journal.StreamApprovals, journal.ConsumerApprovals)
-	// Warned: the pool is in the loop that opens the iterator again.
+	// Warned: the pool is in the loop that starts consuming again.
 	waitLogged(t, b, `msg="fetch approvals" `, 1)
 	time.Sleep(100 * time.Millisecond)
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
