@@ -85,7 +85,12 @@ func (p *Pool) consumeApprovals(ctx, taking context.Context, feed *approvalFeed,
 		// request: the error handler said which). Only the first is an
 		// end: otherwise the process would go on taking work and decide
 		// no approval again, and say nothing of it.
-		<-cc.Closed()
+		select {
+		case <-cc.Closed():
+		case <-ctx.Done(): // Stop gave up waiting (a drain that never ends)
+			cc.Stop()
+			return
+		}
 		var aw time.Duration
 		if cc, aw = p.reopenApprovals(taking, feed); cc == nil {
 			return
