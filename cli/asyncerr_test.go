@@ -1,10 +1,8 @@
 package cli
 
 import (
-	"bytes"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,15 +17,8 @@ import (
 func TestASlowConsumerIsLoggedWithItsKindAndDrops(t *testing.T) {
 	t.Parallel()
 	env := natstest.Start(t)
-	var (
-		mu  sync.Mutex
-		buf bytes.Buffer
-	)
-	log := slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
-		mu.Lock()
-		defer mu.Unlock()
-		return buf.Write(p)
-	}), nil))
+	var buf syncBuffer
+	log := slog.New(slog.NewTextHandler(&buf, nil))
 	nc, err := nats.Connect(env.Server.ClientURL(), logAsyncErrors(log, func(error) {}))
 	if err != nil {
 		t.Fatal(err)
@@ -49,9 +40,7 @@ func TestASlowConsumerIsLoggedWithItsKindAndDrops(t *testing.T) {
 	}
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		mu.Lock()
 		logged := buf.String()
-		mu.Unlock()
 		if strings.Contains(logged, "slow consumer") {
 			if !strings.Contains(logged, "subject=slow") || !strings.Contains(logged, "subscription=chan") || !strings.Contains(logged, "dropped=") {
 				t.Fatalf("the slow consumer's log line does not name its subject, kind and drops:\n%s", logged)
@@ -64,7 +53,3 @@ func TestASlowConsumerIsLoggedWithItsKindAndDrops(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
-
-type writerFunc func([]byte) (int, error)
-
-func (f writerFunc) Write(p []byte) (int, error) { return f(p) }

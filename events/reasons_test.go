@@ -12,27 +12,7 @@ import (
 // Reasons lists every Reason constant of data.go: a new stop reason that
 // is not added there would be refused by `loopgate runs --reason`.
 func TestReasonsListsEveryStopReason(t *testing.T) {
-	f, err := parser.ParseFile(token.NewFileSet(), "data.go", nil, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var declared []Reason
-	ast.Inspect(f, func(n ast.Node) bool {
-		vs, ok := n.(*ast.ValueSpec)
-		if !ok || vs.Type == nil {
-			return true
-		}
-		if id, ok := vs.Type.(*ast.Ident); !ok || id.Name != "Reason" {
-			return true
-		}
-		for _, v := range vs.Values {
-			if lit, ok := v.(*ast.BasicLit); ok {
-				s, _ := strconv.Unquote(lit.Value)
-				declared = append(declared, Reason(s))
-			}
-		}
-		return true
-	})
+	declared := constantsOf[Reason](t, "data.go", "Reason")
 	if len(declared) < 11 {
 		t.Fatalf("found %d Reason constants in data.go, want the 11 or more it declares", len(declared))
 	}
@@ -42,4 +22,32 @@ func TestReasonsListsEveryStopReason(t *testing.T) {
 	if !ReasonMaxSteps.Valid() || Reason("max-steps").Valid() || Reason("").Valid() {
 		t.Error("Valid does not tell the stop reasons from other strings")
 	}
+}
+
+// constantsOf returns the values of the string constants of type typeName
+// declared in file, in the order they are declared.
+func constantsOf[T ~string](t *testing.T, file, typeName string) []T {
+	t.Helper()
+	f, err := parser.ParseFile(token.NewFileSet(), file, nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var declared []T
+	ast.Inspect(f, func(n ast.Node) bool {
+		vs, ok := n.(*ast.ValueSpec)
+		if !ok || vs.Type == nil {
+			return true
+		}
+		if id, ok := vs.Type.(*ast.Ident); !ok || id.Name != typeName {
+			return true
+		}
+		for _, v := range vs.Values {
+			if lit, ok := v.(*ast.BasicLit); ok {
+				s, _ := strconv.Unquote(lit.Value)
+				declared = append(declared, T(s))
+			}
+		}
+		return true
+	})
+	return declared
 }
