@@ -38,7 +38,7 @@ const nothingSent = "nothing was sent: send the decision again once JetStream an
 func decide(ctx context.Context, e env, verb string, args []string) int {
 	fs := flag.NewFlagSet("loopgate "+verb, flag.ContinueOnError)
 	var (
-		natsURL  = fs.String("nats", "nats://127.0.0.1:4222", "NATS URL of a running loopgate")
+		natsURL  = fs.String("nats", defaultNATS, "NATS URL of a running loopgate")
 		tenant   = fs.String("tenant", "", "the run's tenant (default: the pending entry's)")
 		as       = fs.String("as", "", "approver id, as named in the policy (required)")
 		reason   = fs.String("reason", "", "why; the model sees a denial's reason")
@@ -290,7 +290,7 @@ func awaitDecision(ctx context.Context, e env, j *journal.Journal, tenant, runID
 				switch approved, rejected := decisionOf(ev, seq); {
 				case approved != nil:
 					tl.print(ev)
-					fmt.Fprintf(e.stdout, "accepted: %s %s by %s (follow the run with: loopgate audit %s --follow)\n", ev.CallID, approved.Decision, printable(approved.Approver), runID)
+					fmt.Fprintf(e.stdout, "accepted: %s %s by %s (follow the run with: loopgate audit %s --follow%s)\n", ev.CallID, approved.Decision, printable(approved.Approver), runID, natsFlag(natsURL))
 					return exitOK
 				case rejected != nil:
 					tl.print(ev)
@@ -300,11 +300,18 @@ func awaitDecision(ctx context.Context, e env, j *journal.Journal, tenant, runID
 		}
 	}
 	if decided {
-		fmt.Fprintf(e.stdout, "(the run is still going after %s; follow it with: loopgate audit %s --follow)\n", wait, runID)
+		// The decision is recorded: the approver's part is done, however
+		// the follow of what came after it ended.
+		after := fmt.Sprintf("still going after %s", wait)
+		if parent.Err() != nil {
+			after = "interrupted; the run goes on"
+		}
+		fmt.Fprintf(e.stdout, "(%s; follow it with: loopgate audit %s --follow%s)\n", after, runID, natsFlag(natsURL))
 		return exitOK
 	}
-	if err := parent.Err(); err != nil {
-		return fail(e, "follow run %s: %v (the message is stored: approvals seq %d)", runID, err, seq)
+	if parent.Err() != nil {
+		// Interrupted: what was sent stands, decided or not.
+		return failCode(e, exitUnfinished, "interrupted before loopgate recorded what the message did: it is stored (approvals seq %d) and a worker decides it when one runs; `loopgate audit %s` will show it", seq, runID)
 	}
 	return fail(e, "no decision recorded within %s: the message is stored (approvals seq %d) and a worker decides it when one runs; `loopgate audit %s` will show it", wait, seq, runID)
 }

@@ -17,7 +17,7 @@ import (
 func runAudit(ctx context.Context, e env, args []string) int {
 	fs := flag.NewFlagSet("loopgate audit", flag.ContinueOnError)
 	var (
-		natsURL = fs.String("nats", "nats://127.0.0.1:4222", "NATS URL")
+		natsURL = fs.String("nats", defaultNATS, "NATS URL")
 		tenant  = fs.String("tenant", "", "the run's tenant (default: any)")
 		follow_ = fs.Bool("follow", false, "keep printing new events until the run finishes")
 		asJSON  = fs.Bool("json", false, "print events as JSON lines (the stored envelopes)")
@@ -69,7 +69,7 @@ func runAudit(ctx context.Context, e env, args []string) int {
 		} else if !ok {
 			fmt.Fprintf(e.stderr, "run %s has no events yet (a task still queued, or a wrong run id or --tenant); waiting for them\n", runID)
 		}
-		return follow(ctx, e, j, filter, *asJSON, *natsURL)
+		return follow(ctx, e, j, runID, filter, *asJSON, *natsURL, 0)
 	}
 	evs, err := j.Replay(ctx, filter)
 	if err != nil {

@@ -26,7 +26,7 @@ import (
 func runBench(ctx context.Context, e env, args []string) int {
 	fs := flag.NewFlagSet("loopgate bench", flag.ContinueOnError)
 	var (
-		natsURL  = fs.String("nats", "nats://127.0.0.1:4222", "NATS URL(s) of a running loopgate, comma-separated: the bench follows the cluster when a server dies")
+		natsURL  = fs.String("nats", defaultNATS, "NATS URL(s) of a running loopgate, comma-separated: the bench follows the cluster when a server dies")
 		runs     = fs.Int("runs", 100, "tasks to submit (each a run)")
 		conc     = fs.Int("concurrency", 16, "runs in flight at once: a run that ends makes room for the next task")
 		tf       = registerTaskFlags(fs, "what each run is asked to do")
@@ -133,6 +133,9 @@ func runBench(ctx context.Context, e env, args []string) int {
 		}
 		return fail(e, "%v", err)
 	}
+	// Interrupted (Ctrl-C, SIGTERM), not timed out: the runs not ended
+	// were only not waited for.
+	rep.Interrupted = ctx.Err() != nil
 	rep.fill(l)
 	if *asJSON {
 		enc := json.NewEncoder(e.stdout)
@@ -141,8 +144,11 @@ func runBench(ctx context.Context, e env, args []string) int {
 	} else {
 		rep.print(e.stdout)
 	}
-	if rep.whole() {
+	switch {
+	case rep.whole():
 		return exitOK
+	case rep.Interrupted && len(rep.Problems)+len(rep.Refused) == 0 && rep.endedDone():
+		return exitUnfinished
 	}
 	return exitStopped
 }
@@ -172,14 +178,19 @@ type benchReport struct {
 	RunTime [3]time.Duration `json:"run_time_ns"`
 	// EndsPerSecond counts the runs that ended in each second since the
 	// first task: a dip shows where servers or workers died.
-	EndsPerSecond []int               `json:"ends_per_second"`
-	Reasons       map[string]int      `json:"reasons"` // finished reasons, and "rejected"
-	Approvals     int                 `json:"approvals_sent"`
-	Refused       []string            `json:"approvals_refused,omitempty"`
-	PublishRetry  int                 `json:"publishes_retried"`
-	Lost          []string            `json:"lost,omitempty"`     // submitted, no event at all
-	Stuck         []string            `json:"stuck,omitempty"`    // started, not ended
-	Problems      map[string][]string `json:"problems,omitempty"` // by run id: what its trail breaks
+	EndsPerSecond []int          `json:"ends_per_second"`
+	Reasons       map[string]int `json:"reasons"` // finished reasons, and "rejected"
+	Approvals     int            `json:"approvals_sent"`
+	Refused       []string       `json:"approvals_refused,omitempty"`
+	PublishRetry  int            `json:"publishes_retried"`
+	Lost          []string       `json:"lost,omitempty"`  // submitted, no event at all
+	Stuck         []string       `json:"stuck,omitempty"` // started, not ended
+	// Interrupted says bench was stopped (Ctrl-C, SIGTERM) before every
+	// run ended: the runs it did not wait for are Unfinished, neither lost
+	// nor stuck (those it parked wait for approvals it no longer sends).
+	Interrupted bool                `json:"interrupted,omitempty"`
+	Unfinished  []string            `json:"unfinished,omitempty"`
+	Problems    map[string][]string `json:"problems,omitempty"` // by run id: what its trail breaks
 }
 
 func (rep *benchReport) fill(l *load) {
@@ -200,6 +211,9 @@ func (rep *benchReport) fill(l *load) {
 			rep.Problems[r.runID] = v.Problems
 		}
 		switch {
+		case v.Events == 0 && rep.Interrupted:
+			rep.Unfinished = append(rep.Unfinished, fmt.Sprintf("run %s (task %s): not started yet", r.runID, r.taskID))
+			continue
 		case v.Events == 0:
 			rep.Lost = append(rep.Lost, fmt.Sprintf("run %s (task %s): no event", r.runID, r.taskID))
 			continue
@@ -208,7 +222,12 @@ func (rep *benchReport) fill(l *load) {
 			if v.Parked {
 				state = "parked"
 			}
-			rep.Stuck = append(rep.Stuck, fmt.Sprintf("run %s (task %s): %s after %d events", r.runID, r.taskID, state, v.Events))
+			line := fmt.Sprintf("run %s (task %s): %s after %d events", r.runID, r.taskID, state, v.Events)
+			if rep.Interrupted {
+				rep.Unfinished = append(rep.Unfinished, line)
+			} else {
+				rep.Stuck = append(rep.Stuck, line)
+			}
 			continue
 		case v.End == events.TypeRejected:
 			rep.Reasons["rejected"]++
@@ -244,7 +263,16 @@ func (rep *benchReport) fill(l *load) {
 // trail without a problem.
 func (rep *benchReport) whole() bool {
 	return rep.Submitted == rep.Runs && rep.Reasons[string(events.ReasonDone)] == rep.Runs &&
-		len(rep.Lost)+len(rep.Stuck)+len(rep.Problems)+len(rep.Refused) == 0
+		len(rep.Lost)+len(rep.Stuck)+len(rep.Unfinished)+len(rep.Problems)+len(rep.Refused) == 0
+}
+
+// endedDone reports whether every run that ended ended done.
+func (rep *benchReport) endedDone() bool {
+	n := 0
+	for _, c := range rep.Reasons {
+		n += c
+	}
+	return rep.Reasons[string(events.ReasonDone)] == n
 }
 
 // benchListed is how many lost, stuck or broken runs the text report
@@ -290,6 +318,10 @@ func (rep *benchReport) print(w io.Writer) {
 	}
 	fmt.Fprintf(w, "trails checked: %d runs, %d with problems; lost %d, stuck %d, not submitted %d\n",
 		rep.Submitted, len(rep.Problems), len(rep.Lost), len(rep.Stuck), rep.Runs-rep.Submitted)
+	if rep.Interrupted {
+		fmt.Fprintf(w, "interrupted: %d runs had not ended, neither lost nor stuck: bench stopped waiting for them; they go on (the parked ones wait for approvals bench no longer sends: loopgate pending)\n",
+			len(rep.Unfinished))
+	}
 	list := func(title string, lines []string) {
 		for i, s := range lines {
 			if i == benchListed {
@@ -301,6 +333,7 @@ func (rep *benchReport) print(w io.Writer) {
 	}
 	list("lost:", rep.Lost)
 	list("stuck:", rep.Stuck)
+	list("unfinished:", rep.Unfinished)
 	list("refused:", rep.Refused)
 	var problems []string
 	for _, id := range slices.Sorted(maps.Keys(rep.Problems)) {

@@ -2,10 +2,12 @@ package cli
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -118,6 +120,33 @@ func TestBenchNamesRunsThatDidNotEndDone(t *testing.T) {
 	code, out, errOut = bench(t, srv.url, "--runs", "1", "--agent", "no-such-agent")
 	if code != exitStopped || !strings.Contains(out, "ended: rejected 1") {
 		t.Fatalf("unknown agent: exit %d\n%s\n%s", code, out, errOut)
+	}
+}
+
+// An interrupted bench (Ctrl-C, SIGTERM) calls the runs it stopped waiting
+// for unfinished, not stuck or lost, and exits with its own code: they
+// used to be reported stuck, a fault of loopgate's, as after --timeout.
+func TestAnInterruptedBenchCallsItsRunsUnfinished(t *testing.T) {
+	t.Parallel()
+	srv := startServe(t, t.TempDir())
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	var out, errOut bytes.Buffer
+	go func() {
+		// Both runs park (nobody approves), or go on: either way they
+		// have not ended.
+		time.Sleep(2 * time.Second)
+		cancel()
+	}()
+	code := Main(ctx, []string{"bench", "--nats", srv.url, "--runs", "2", "--approver", "", "--prefix", "interrupted", "--json"}, nil, &out, &errOut)
+	var rep benchReport
+	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+		t.Fatalf("exit %d, report %v\n%s\n%s", code, err, out.String(), errOut.String())
+	}
+	if code != exitUnfinished || !rep.Interrupted || len(rep.Unfinished) != 2 || len(rep.Stuck)+len(rep.Lost) != 0 ||
+		!strings.Contains(rep.Unfinished[0], "(task interrupted-") {
+		t.Errorf("interrupted bench: exit %d (want %d), interrupted %v, unfinished %q, stuck %q, lost %q",
+			code, exitUnfinished, rep.Interrupted, rep.Unfinished, rep.Stuck, rep.Lost)
 	}
 }
 

@@ -24,7 +24,14 @@ const (
 	// deciding nothing (approval_rejected: not_authorized, self_approval,
 	// not_pending, …).
 	exitApprovalRejected = 4
+	// exitUnfinished: the command stopped following a run before the run
+	// ended (--timeout, Ctrl-C, SIGTERM); the run goes on without it.
+	exitUnfinished = 5
 )
+
+// defaultNATS is where the client commands look for a loopgate: serve's
+// default --listen.
+const defaultNATS = "nats://127.0.0.1:4222"
 
 // env is what every subcommand writes to and reads from.
 type env struct {

@@ -613,8 +613,8 @@ func TestSubmitStoresTheTaskWhateverItsTimeout(t *testing.T) {
 	t.Parallel()
 	srv := startServe(t, t.TempDir())
 	code, out, stderr := run(t, "", "submit", "--nats", srv.url, "--task-id", "short-1", "--agent", "dry-run-assistant", "--dry-run", "--timeout", "1ns")
-	if code != exitError || strings.Contains(stderr, "publish task") || !strings.Contains(stderr, "follow run") {
-		t.Errorf("submit --timeout 1ns: exit %d, want %d with the follow named, not the publish\n%s\n%s", code, exitError, out, stderr)
+	if code != exitUnfinished || strings.Contains(stderr, "publish task") || !strings.Contains(stderr, "--timeout 1ns passed: stopped following run "+events.RunID("cityops", "short-1")) {
+		t.Errorf("submit --timeout 1ns: exit %d, want %d with the follow named, not the publish\n%s\n%s", code, exitUnfinished, out, stderr)
 	}
 	code, out, stderr = run(t, "", "submit", "--nats", srv.url, "--task-id", "short-1", "--agent", "dry-run-assistant", "--dry-run", "--timeout", "60s")
 	if code != exitOK || !strings.Contains(out, "duplicate task id: following the existing run") {

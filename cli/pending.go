@@ -16,7 +16,7 @@ import (
 func runPending(ctx context.Context, e env, args []string) int {
 	fs := flag.NewFlagSet("loopgate pending", flag.ContinueOnError)
 	var (
-		natsURL = fs.String("nats", "nats://127.0.0.1:4222", "NATS URL of a running loopgate")
+		natsURL = fs.String("nats", defaultNATS, "NATS URL of a running loopgate")
 		tenant  = fs.String("tenant", "", "only this tenant's calls (default: every tenant)")
 		asJSON  = fs.Bool("json", false, "print the entries as JSON lines")
 	)
@@ -73,15 +73,21 @@ func runPending(ctx context.Context, e env, args []string) int {
 	return exitOK
 }
 
+// natsFlag is " --nats URL" for a command hint addressed to natsURL, or
+// nothing for the default URL.
+func natsFlag(natsURL string) string {
+	if natsURL == "" || natsURL == defaultNATS {
+		return ""
+	}
+	return " --nats " + natsURL
+}
+
 // decideHint is the command that answers q. The client cannot see the
 // workers' policy, so --key (the approver's seed file, required when the
 // policy requires signatures, as the CityOps example does) is shown as an
 // option.
 func decideHint(q question, natsURL string) string {
-	nats := ""
-	if natsURL != "" && natsURL != "nats://127.0.0.1:4222" {
-		nats = " --nats " + natsURL
-	}
+	nats := natsFlag(natsURL)
 	if q.Kind == approvals.KindNeedsHuman {
 		return fmt.Sprintf("loopgate approve %s %s --as <approver> [--key FILE] --decision mark_done|retry|abandon%s", q.RunID, q.CallID, nats)
 	}

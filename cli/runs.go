@@ -27,7 +27,7 @@ import (
 func runRunsList(ctx context.Context, e env, args []string) int {
 	fs := flag.NewFlagSet("loopgate runs", flag.ContinueOnError)
 	var (
-		natsURL = fs.String("nats", "nats://127.0.0.1:4222", "NATS URL of a running loopgate")
+		natsURL = fs.String("nats", defaultNATS, "NATS URL of a running loopgate")
 		tenant  = fs.String("tenant", "", "only this tenant's runs (default: every tenant)")
 		status  = fs.String("status", "", "only runs in this status: running, parked or finished")
 		reason  = fs.String("reason", "", "only finished runs that stopped for this reason (done, max_steps, …)")

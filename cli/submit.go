@@ -23,7 +23,7 @@ const publishTimeout = 30 * time.Second
 func runSubmit(ctx context.Context, e env, args []string) int {
 	fs := flag.NewFlagSet("loopgate submit", flag.ContinueOnError)
 	var (
-		natsURL = fs.String("nats", "nats://127.0.0.1:4222", "NATS URL of a running loopgate")
+		natsURL = fs.String("nats", defaultNATS, "NATS URL of a running loopgate")
 		file    = fs.String("file", "", "task JSON file ('-' for stdin), the whole task: instead of --task-id, --tenant, --agent, --principal, --roles, --input, --dry-run and --session")
 		tf      = registerTaskFlags(fs, "what the agent is asked to do")
 		taskID  = fs.String("task-id", "", "client task id (default: a new UUID); resubmitting one finds its run")
@@ -106,7 +106,7 @@ func runSubmit(ctx context.Context, e env, args []string) int {
 		}
 		fmt.Fprintf(e.stdout, "submitted task %s as run %s%s\n\n", task.TaskID, runID, dup)
 	}
-	return follow(ctx, e, j, events.RunFilter(task.Tenant, runID), *asJSON, *natsURL)
+	return follow(ctx, e, j, runID, events.RunFilter(task.Tenant, runID), *asJSON, *natsURL, *timeout)
 }
 
 // taskMsgID is a task's Nats-Msg-Id: its tenant and task id. JetStream
@@ -119,8 +119,9 @@ func taskMsgID(tenant, taskID string) string { return tenant + "/" + taskID }
 // follow prints a run's events until it finishes or is rejected, and
 // returns the exit code its end deserves. When the run parks it says how
 // to answer what it waits for (on stderr with asJSON), and keeps
-// following: the run goes on once someone decides.
-func follow(ctx context.Context, e env, j *journal.Journal, filter string, asJSON bool, natsURL string) int {
+// following: the run goes on once someone decides. timeout is what
+// bounds ctx (0: nothing does), named when it ends the follow first.
+func follow(ctx context.Context, e env, j *journal.Journal, runID, filter string, asJSON bool, natsURL string, timeout time.Duration) int {
 	tl := &timeline{w: e.stdout, asJSON: asJSON, width: 160, hints: e.stdout, natsURL: natsURL}
 	if asJSON {
 		tl.hints = e.stderr
@@ -142,7 +143,24 @@ func follow(ctx context.Context, e env, j *journal.Journal, filter string, asJSO
 			return exitStopped
 		}
 	}
-	return fail(e, "follow run: %v", cmpErr(ctx.Err(), "the watch ended before the run did"))
+	if ctx.Err() != nil {
+		return stoppedFollowing(e, ctx.Err(), runID, natsURL, timeout)
+	}
+	return fail(e, "follow run: the watch ended before the run did")
+}
+
+// stoppedFollowing says that a command stopped following run runID before
+// the run ended, because its context ended with err (its timeout passed, or
+// it was interrupted), that the run goes on all the same, and how to
+// follow it again. A run is not the client's to stop: nothing a client
+// does by leaving changes it.
+func stoppedFollowing(e env, err error, runID, natsURL string, timeout time.Duration) int {
+	why := "interrupted"
+	if errors.Is(err, context.DeadlineExceeded) && timeout > 0 {
+		why = fmt.Sprintf("--timeout %s passed", timeout)
+	}
+	return failCode(e, exitUnfinished, "%s: stopped following run %s, which has not ended and goes on without this command; follow it with: loopgate audit %s --follow%s",
+		why, runID, runID, natsFlag(natsURL))
 }
 
 // taskFlagNames are submit's flags that build a task, which --file
@@ -173,13 +191,6 @@ func (f taskFlags) task() events.Task {
 	in, _ := events.EncodeData(*f.input)
 	return events.Task{Tenant: *f.tenant, Agent: *f.agent, Input: in,
 		Principal: events.Principal{ID: *f.principal, Roles: splitList(*f.roles)}}
-}
-
-func cmpErr(err error, msg string) error {
-	if err != nil {
-		return err
-	}
-	return errors.New(msg)
 }
 
 func splitList(s string) []string {
