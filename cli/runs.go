@@ -257,7 +257,7 @@ func printRuns(w io.Writer, recs []listedRun, scope string, limit int, now time.
 		if listed := behind(shown); listed < stale {
 			which += fmt.Sprintf(" (%d of them listed)", listed)
 		}
-		fmt.Fprintf(w, "\n* %s: the projection's record is behind the run's events (a worker stopped before writing it); shown as the events say.\n", which)
+		fmt.Fprintf(w, "\n* %s: the projection's record is behind the run's events (a record not written yet, or a worker stopped before writing it: the next worker to take the run writes it); shown as the events say.\n", which)
 	}
 	fmt.Fprintln(w, "\nFrom the loopgate_runs projection; each run not finished there is checked against its last event. loopgate audit RUN replays a run's events.")
 }
