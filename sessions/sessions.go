@@ -17,12 +17,15 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math/rand/v2"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/loopgate/loopgate/events"
+	"github.com/loopgate/loopgate/internal/wait"
 )
 
 // Session is one session's memory.
@@ -35,8 +38,15 @@ type Session struct {
 	SummaryTainted bool                 `json:"summary_tainted,omitempty"`
 	Turns          []events.SessionTurn `json:"turns,omitempty"`
 	Constraints    map[string]string    `json:"constraints,omitempty"`
-	Runs           []string             `json:"runs,omitempty"`
-	Updated        time.Time            `json:"updated"`
+	// ConstraintOrder is the keys of Constraints, the one set longest ago
+	// first: when constraints alone outgrow the budget, those go first.
+	ConstraintOrder []string  `json:"constraint_order,omitempty"`
+	Runs            []string  `json:"runs,omitempty"`
+	Updated         time.Time `json:"updated"`
+
+	// newest is the run being recorded (Record): Compact folds its
+	// exchange only when nothing else is left to shrink.
+	newest string
 }
 
 // Context is what a run is shown of s.
@@ -87,33 +97,95 @@ func (s *Session) Size() int {
 }
 
 // Compact shrinks s to budget bytes: tool turns first, oldest first; then
-// the oldest exchanges into the summary. Constraints are never touched.
+// the oldest exchanges into the summary, but for the run being recorded
+// (Record; a direct call names none); then constraints, the one set
+// longest ago first; and last the recorded run's own exchange.
+// Constraints are dropped, never summarized: a field is kept whole or not
+// at all. Kept whatever their size, the constraints of a session whose
+// runs kept adding some outgrew its budget for good, folding every new
+// exchange at once, and grew until the bucket refused the entry.
 func (s *Session) Compact(ctx context.Context, budget int, sum Summarizer) error {
 	for s.Size() > budget {
-		i := -1
-		for j, t := range s.Turns {
-			if t.Role == "tool" {
-				i = j
-				break
-			}
-		}
+		i := slices.IndexFunc(s.Turns, func(t events.SessionTurn) bool { return t.Role == "tool" })
 		if i < 0 {
 			break
 		}
-		s.Turns = append(s.Turns[:i], s.Turns[i+1:]...)
+		s.Turns = slices.Delete(s.Turns, i, i+1)
+	}
+	older := func() int { // turns before the run being recorded's
+		if s.newest == "" {
+			return len(s.Turns)
+		}
+		if i := slices.IndexFunc(s.Turns, func(t events.SessionTurn) bool { return t.RunID == s.newest }); i >= 0 {
+			return i
+		}
+		return len(s.Turns)
+	}
+	for s.Size() > budget && older() > 0 {
+		if err := s.fold(ctx, min(2, older()), sum); err != nil { // one exchange: the question and its answer
+			return err
+		}
+	}
+	s.syncOrder()
+	for s.Size() > budget && len(s.ConstraintOrder) > 0 {
+		delete(s.Constraints, s.ConstraintOrder[0])
+		s.ConstraintOrder = s.ConstraintOrder[1:]
 	}
 	for s.Size() > budget && len(s.Turns) > 0 {
-		n := min(2, len(s.Turns)) // one exchange: the question and its answer
-		summary, err := sum.Summarize(ctx, s.Summary, s.Turns[:n])
-		if err != nil {
-			return fmt.Errorf("summarize session %s: %w", s.ID, err)
+		if err := s.fold(ctx, min(2, len(s.Turns)), sum); err != nil {
+			return err
 		}
-		for _, t := range s.Turns[:n] {
-			s.SummaryTainted = s.SummaryTainted || t.Tainted
-		}
-		s.Summary, s.Turns = summary, s.Turns[n:]
 	}
 	return nil
+}
+
+// fold folds the first n turns into the summary.
+func (s *Session) fold(ctx context.Context, n int, sum Summarizer) error {
+	summary, err := sum.Summarize(ctx, s.Summary, s.Turns[:n])
+	if err != nil {
+		return fmt.Errorf("summarize session %s: %w", s.ID, err)
+	}
+	for _, t := range s.Turns[:n] {
+		s.SummaryTainted = s.SummaryTainted || t.Tainted
+	}
+	s.Summary, s.Turns = summary, s.Turns[n:]
+	return nil
+}
+
+// setConstraints sets each of cons, each key now the one set last.
+func (s *Session) setConstraints(cons map[string]string) {
+	if len(cons) == 0 {
+		return
+	}
+	if s.Constraints == nil {
+		s.Constraints = map[string]string{}
+	}
+	s.syncOrder()
+	for _, k := range slices.Sorted(maps.Keys(cons)) {
+		if _, had := s.Constraints[k]; had {
+			s.ConstraintOrder = slices.DeleteFunc(s.ConstraintOrder, func(o string) bool { return o == k })
+		}
+		s.Constraints[k] = cons[k]
+		s.ConstraintOrder = append(s.ConstraintOrder, k)
+	}
+}
+
+// syncOrder makes ConstraintOrder name exactly the keys of Constraints:
+// an entry stored before it existed has none (its keys, taken as the
+// oldest, in key order), and one edited by hand may disagree.
+func (s *Session) syncOrder() {
+	s.ConstraintOrder = slices.DeleteFunc(s.ConstraintOrder, func(k string) bool { _, ok := s.Constraints[k]; return !ok })
+	if len(s.ConstraintOrder) == len(s.Constraints) {
+		return
+	}
+	var missing []string
+	for k := range s.Constraints {
+		if !slices.Contains(s.ConstraintOrder, k) {
+			missing = append(missing, k)
+		}
+	}
+	slices.Sort(missing)
+	s.ConstraintOrder = append(missing, s.ConstraintOrder...)
 }
 
 // Store keeps sessions in the loopgate_sessions bucket.
@@ -142,27 +214,29 @@ func (st *Store) Get(ctx context.Context, tenant, id string) (*Session, uint64, 
 	return &s, e.Revision(), nil
 }
 
+// recordTries bounds Record's compare-and-set attempts. Each lost one
+// means another run of the session was stored meanwhile, so this many
+// bounds the runs of one session that finish together, not time.
+const recordTries = 200
+
 // Record adds a finished run's exchange to its session, compacts it and
-// stores it by compare-and-set, retrying on a concurrent update. A run
-// already recorded is not added twice.
+// stores it by compare-and-set, trying again after a short, random pause
+// when another run of the session was stored first. A run already recorded
+// is not added twice. Five tries, without a pause, lost the exchanges of
+// runs of one session finishing together (9 of 12 kept, with a worker
+// each).
 func (st *Store) Record(ctx context.Context, tenant, id, runID string, turns []events.SessionTurn, constraints map[string]string, budget int, sum Summarizer, now time.Time) error {
-	for range 5 {
+	for try := range recordTries {
 		s, rev, err := st.Get(ctx, tenant, id)
 		if err != nil {
 			return err
 		}
-		for _, r := range s.Runs {
-			if r == runID {
-				return nil
-			}
+		if slices.Contains(s.Runs, runID) {
+			return nil
 		}
 		s.Turns = append(s.Turns, turns...)
-		if len(constraints) > 0 {
-			if s.Constraints == nil {
-				s.Constraints = map[string]string{}
-			}
-			maps.Copy(s.Constraints, constraints)
-		}
+		s.setConstraints(constraints)
+		s.newest = runID
 		s.Runs = append(s.Runs, runID)
 		if len(s.Runs) > 100 {
 			s.Runs = s.Runs[len(s.Runs)-100:]
@@ -189,6 +263,12 @@ func (st *Store) Record(ctx context.Context, tenant, id, runID string, turns []e
 		if !errors.Is(err, jetstream.ErrKeyExists) && !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
 			return fmt.Errorf("store session %s: %w", id, err)
 		}
+		// A random pause, growing to 50 ms: writers that collided spread
+		// out rather than collide again.
+		pause := time.Duration(rand.Int64N(int64(min(time.Millisecond<<min(try, 6), 50*time.Millisecond)) + 1))
+		if err := wait.For(ctx, pause); err != nil {
+			return fmt.Errorf("store session %s: %w", id, err)
+		}
 	}
-	return fmt.Errorf("store session %s: too many concurrent updates", id)
+	return fmt.Errorf("store session %s: %d other runs of the session were stored first, one after another", id, recordTries)
 }

@@ -511,13 +511,38 @@ func (p *Pool) putRun(ctx context.Context, st *events.RunState, task events.Task
 	addProjectionWait(ctx, p.projection.written(rec.Tenant+"."+rec.RunID, rec.LastSeq))
 }
 
+// redactedConstraints is the task's constraints as its events store them
+// (a sensitive key's value, an e-mail address, redacted). A run resumed
+// from its events has only those; one that finished in one pass must not
+// give its session more.
+func (r *run) redactedConstraints() map[string]string {
+	if len(r.task.Constraints) == 0 {
+		return nil
+	}
+	raw, err := json.Marshal(r.task.Constraints)
+	if err != nil {
+		return nil
+	}
+	red, _ := r.p.redactor.JSON(raw)
+	var out map[string]string
+	if err := json.Unmarshal(red, &out); err != nil {
+		return nil // the redactor keeps valid JSON valid; nothing unredacted leaves
+	}
+	return out
+}
+
 // remember adds this run's exchange to its session: what it was asked,
 // what its tools answered (bounded), and its answer. It is best effort:
 // the run is done whatever happens to the memory.
 func (r *run) remember(ctx context.Context, final *events.FinalAnswer) {
+	// Redacted as the run's events are: the next run's started event
+	// shows the model, and the audit log, what the session holds. An input
+	// that is a JSON object is redacted as JSON (its sensitive keys'
+	// values), before it is made text the patterns alone would pass.
+	in, _ := r.p.redactor.JSON(r.task.Input)
 	var input string
-	if err := json.Unmarshal(r.task.Input, &input); err != nil {
-		input = string(r.task.Input)
+	if err := json.Unmarshal(in, &input); err != nil {
+		input = string(in)
 	}
 	// What a tainted run's tools said, and what it answered after reading
 	// them, may be the injected text: it taints the session's next reader.
@@ -537,7 +562,7 @@ func (r *run) remember(ctx context.Context, final *events.FinalAnswer) {
 	for i := range turns {
 		turns[i].Text = r.p.redactString(turns[i].Text)
 	}
-	err := r.p.sessions.Record(ctx, r.task.Tenant, r.task.SessionID, r.st.RunID, turns, r.task.Constraints, r.profile.SessionBudgetBytes, r.p.opts.Summarizer, r.p.now())
+	err := r.p.sessions.Record(ctx, r.task.Tenant, r.task.SessionID, r.st.RunID, turns, r.redactedConstraints(), r.profile.SessionBudgetBytes, r.p.opts.Summarizer, r.p.now())
 	if err != nil {
 		r.log.WarnContext(ctx, "record session memory", "session_id", r.task.SessionID, "err", err)
 	}
