@@ -208,7 +208,7 @@ func (r *run) wait(ctx context.Context, c *events.CallState) error {
 	case err != nil && !errors.Is(err, approvals.ErrNotFound):
 		return err
 	}
-	if !r.p.now().Before(q.ExpiresAt) {
+	if r.due(q.ExpiresAt) {
 		return r.expire(ctx, c)
 	}
 	if !r.st.IsParked {
@@ -221,6 +221,23 @@ func (r *run) wait(ctx context.Context, c *events.CallState) error {
 		return err
 	}
 	return errParked
+}
+
+// due reports whether a question expiring at expires has expired. The
+// server's clock says so: an approval is judged by when the approvals
+// stream stored it, and the expiry fires by an @at schedule, so the
+// scheduled wake-up that began this pass, stored at or after expires,
+// decides it. A pass begun by any other message (a lease's end for
+// another call, a handover, a redelivery) has only the worker's clock:
+// it expires the question only leaseGrace past its time. A worker whose
+// clock ran ahead used to expire a question early, and refuse an approval
+// the server then stored in time; now it reschedules, and the server's
+// clock decides.
+func (r *run) due(expires time.Time) bool {
+	if !r.fired.IsZero() && !r.fired.Before(expires) {
+		return true
+	}
+	return !r.p.now().Before(expires.Add(leaseGrace))
 }
 
 // park schedules the expiry wake-up and records the parked event; then the

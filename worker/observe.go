@@ -102,6 +102,13 @@ func observeDecision(call events.ToolCall, d *events.ApprovedData, m tools.Manif
 		if m.ApprovalTTL > 0 {
 			ttl = " within " + m.ApprovalTTL.D().String()
 		}
+		if d.Kind == string(approvals.KindNeedsHuman) {
+			// The write ran and may have taken effect: "propose an
+			// alternative" invited the same write again, under a new call
+			// id, so an operation id no idempotency record would catch.
+			o.Message = fmt.Sprintf("EXPIRED: no one said%s whether this %s call, which ran, took effect: the outcome stays unknown and it was not retried; do not make this call again.", ttl, call.Tool)
+			break
+		}
 		o.Message = fmt.Sprintf("EXPIRED: no approver decided on this %s call%s. Propose an alternative.", call.Tool, ttl)
 	case approvals.MarkDone:
 		o.Status = obsOK

@@ -595,10 +595,16 @@ func (p *Pool) process(ctx context.Context, msg jetstream.Msg) (outcome, string)
 		return rejected, err.Error()
 	}
 	if kind == "resume" {
-		if scheduled(msg) && p.finished(ctx, tenant, runID) {
-			return settled, "" // an expiry or a lease end after the run's end
+		var fired time.Time
+		if scheduled(msg) {
+			if p.finished(ctx, tenant, runID) {
+				return settled, "" // an expiry or a lease end after the run's end
+			}
+			if meta, err := msg.Metadata(); err == nil {
+				fired = meta.Timestamp // stored when JetStream fired it: the server's clock
+			}
 		}
-		return p.resume(ctx, tenant, runID)
+		return p.resume(ctx, tenant, runID, fired)
 	}
 	meta, err := msg.Metadata()
 	if err != nil {
@@ -687,7 +693,7 @@ func (p *Pool) finished(ctx context.Context, tenant, runID string) bool {
 }
 
 // resume continues a run woken through loopgate.resume.<tenant>.<run_id>.
-func (p *Pool) resume(ctx context.Context, tenant, runID string) (outcome, string) {
+func (p *Pool) resume(ctx context.Context, tenant, runID string, fired time.Time) (outcome, string) {
 	p.crash("before:load")
 	_, st, last, err := p.readRun(ctx, tenant, runID)
 	if err != nil {
@@ -696,12 +702,14 @@ func (p *Pool) resume(ctx context.Context, tenant, runID string) (outcome, strin
 	if st.Started == nil {
 		return rejected, "no such run"
 	}
-	return p.goOn(ctx, st, last)
+	return p.goOn(ctx, st, last, fired)
 }
 
 // goOn continues a started run from its state, as read: a finished one
-// only gets its projection record.
-func (p *Pool) goOn(ctx context.Context, st *events.RunState, last uint64) (outcome, string) {
+// only gets its projection record. fired is when JetStream fired the
+// scheduled wake-up that brought the run here, by the server's clock (zero
+// for any other message).
+func (p *Pool) goOn(ctx context.Context, st *events.RunState, last uint64, fired time.Time) (outcome, string) {
 	if st.Finished != nil {
 		p.putRun(ctx, st, st.Started.Task, journal.RunFinished) // as in process
 		return settled, ""
@@ -711,6 +719,7 @@ func (p *Pool) goOn(ctx context.Context, st *events.RunState, last uint64) (outc
 		p.log.ErrorContext(ctx, "prepare run", "run_id", st.RunID, "err", err)
 		return retry, err.Error()
 	}
+	r.fired = fired
 	return p.drive(ctx, r)
 }
 
@@ -790,6 +799,7 @@ func (p *Pool) drive(ctx context.Context, r *run) (outcome, string) {
 		}
 		r.log.DebugContext(ctx, "lost an append race; reloaded the run", "last_seq", st.LastSeq)
 		nr.adopt(r)
+		nr.fired = r.fired
 		r = nr
 		err = p.driveOnce(ctx, r)
 	}
@@ -842,7 +852,7 @@ func (p *Pool) refusedCopy(ctx context.Context, tenant, runID string, rej *event
 	if st.Started != nil && st.Finished == nil {
 		p.log.WarnContext(ctx, "task refused at intake names a started run; going on with the task it started with",
 			"run_id", runID, "field", rej.Field, "reason", rej.Reason)
-		return p.goOn(ctx, st, last)
+		return p.goOn(ctx, st, last, time.Time{})
 	}
 	p.log.WarnContext(ctx, "invalid task names an existing run; dropped", "run_id", runID, "field", rej.Field, "reason", rej.Reason)
 	return rejected, "invalid copy of an existing task"

@@ -45,6 +45,10 @@ type run struct {
 	// (proposedByAnother).
 	read      uint64
 	proposals []string
+	// fired is when JetStream fired the scheduled wake-up that began this
+	// pass (an expiry, a lease's end), by the server's clock: zero for any
+	// other message. It says the server's time is at least that.
+	fired time.Time
 }
 
 // newRun prepares st (folded from the run's events, possibly none) to be
