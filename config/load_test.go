@@ -200,6 +200,15 @@ func TestLoadRejectsBadConfigNamingTheField(t *testing.T) {
 			wantErr: "config loopgate.yaml: /agents/helper/limits/max_steps: must be >= 1",
 		},
 		{
+			// The started event carries the session and the task in one
+			// message (1 MiB by nats-server's default): a budget near
+			// it would make a long session's runs' started events too
+			// large for the stream.
+			name:    "session budget over its maximum",
+			given:   edit(t, "    description: Helps.\n", "    description: Helps.\n    session_budget_bytes: 10000000\n"),
+			wantErr: "/agents/helper/session_budget_bytes: must be <= 262144",
+		},
+		{
 			name:    "limit of the wrong type",
 			given:   edit(t, "max_steps: 5", "max_steps: five"),
 			wantErr: "/agents/helper/limits/max_steps: must be integer, not string",
