@@ -2,7 +2,10 @@ package approvals
 
 import (
 	"encoding/json"
+	"strings"
 	"time"
+
+	"golang.org/x/text/unicode/norm"
 )
 
 // Decision is what an approver decides, or what expiry decides for them.
@@ -197,10 +200,22 @@ func Check(msg Message, e Entry, p Policy, now time.Time) (class, detail string)
 		return RejectUnknown, msg.Approver.ID + " is not an approver in the policy"
 	case !p.MayApprove:
 		return RejectNotAllowed, msg.Approver.ID + "'s roles may not approve " + e.Tool
-	case msg.Approver.ID == e.Principal && !p.AllowSelf:
+	case samePrincipal(msg.Approver.ID, e.Principal) && !p.AllowSelf:
 		return RejectSelf, msg.Approver.ID + " asked for this run and may not approve it"
 	case !p.arrived(now).Before(e.ExpiresAt):
 		return RejectExpired, "the question expired at " + e.ExpiresAt.UTC().Format(time.RFC3339)
 	}
 	return "", ""
+}
+
+// samePrincipal reports whether an approver id and a task's principal id
+// name one person, as far as refusing self-approval goes: equal once
+// trimmed, put in Unicode compatibility form (NFKC: a full-width letter is
+// its plain one) and case-folded. The approver id is a key of the policy,
+// the principal whatever the task's sender wrote: compared byte for byte,
+// dev@cityops approved the runs it sent as Dev@CityOps or "dev@cityops ".
+// Erring towards "the same" only refuses more.
+func samePrincipal(a, b string) bool {
+	canon := func(s string) string { return norm.NFKC.String(strings.TrimSpace(s)) }
+	return strings.EqualFold(canon(a), canon(b))
 }

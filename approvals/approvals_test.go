@@ -50,6 +50,11 @@ func TestCheckDecidesWhoMayDecideWhat(t *testing.T) {
 			m.Approver.ID = "dev@cityops"
 			return m, pending, allowed, now
 		}, approvals.RejectSelf},
+		{"self approval under another spelling of the principal", func() (approvals.Message, approvals.Entry, approvals.Policy, time.Time) {
+			m, e := msg, pending
+			m.Approver.ID, e.Principal = "dev@cityops", " ＤＥＶ@CityOps" // full-width, another case, a space
+			return m, e, allowed, now
+		}, approvals.RejectSelf},
 		{"self approval when policy allows it", func() (approvals.Message, approvals.Entry, approvals.Policy, time.Time) {
 			m := msg
 			m.Approver.ID = "dev@cityops"

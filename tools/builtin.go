@@ -32,6 +32,12 @@ type Func func(ctx context.Context, call Call) (any, error)
 // connection). Wrap it: fmt.Errorf("%w: upstream busy", tools.ErrTransient).
 var ErrTransient = errors.New("transient tool failure")
 
+// ErrOutcomeUnknown marks a call that may have reached the tool and whose
+// end was never heard (the connection closed while it waited for the
+// reply): it is recorded as a timeout is, an unknown outcome, never as a
+// failure or a transient one a retry may simply run again.
+var ErrOutcomeUnknown = errors.New("tool call outcome unknown")
+
 // Builtins maps a built-in tool's name to its Go implementation. Manifests
 // in the config refer to builtins by name.
 type Builtins map[string]Func

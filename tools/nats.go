@@ -53,6 +53,13 @@ type Requester interface {
 	RequestMsgWithContext(ctx context.Context, msg *nats.Msg) (*nats.Msg, error)
 }
 
+// connState is what a Requester may say of its connection (a *nats.Conn
+// does): a request on one closed or draining is known not to be sent.
+type connState interface {
+	IsClosed() bool
+	IsDraining() bool
+}
+
 // WithConn gives NewRegistry the connection that carries the calls of
 // tools whose executor is nats. NewRegistry refuses such a manifest
 // without one; builtins ignore it.
@@ -115,8 +122,10 @@ const maxDescription = 512
 //
 // It classifies how a call ended, for the worker: no responders and a
 // connection that is closed before the request is sent wrap ErrTransient
-// (nothing ran); the end of ctx returns ctx's error (a timeout: for a
-// write, the outcome is unknown); an error reply is a *RemoteError; a
+// (nothing ran); a connection that closes while the request waits for its
+// reply wraps ErrOutcomeUnknown; the end of ctx returns ctx's error (a
+// timeout: for a write, the outcome is unknown); an error reply is a
+// *RemoteError; a
 // reply that is not {"result": …}, or whose result breaks result_schema,
 // is an unexpected failure. The result is returned as json.RawMessage.
 func natsFunc(conn Requester, m Manifest, rs *resultSchema) Func {
@@ -148,6 +157,10 @@ func natsFunc(conn Requester, m Manifest, rs *resultSchema) Func {
 				msg.Header.Set(k, v)
 			}
 		}
+		if c, ok := conn.(connState); ok && (c.IsClosed() || c.IsDraining()) {
+			// Known not sent: a retry may go through another connection.
+			return nil, fmt.Errorf("%w: tool %q (nats %s): request not sent: the connection is closed", ErrTransient, tool, subject)
+		}
 		reply, err := conn.RequestMsgWithContext(ctx, msg)
 		if err != nil {
 			return nil, requestError(ctx, tool, subject, err)
@@ -165,8 +178,13 @@ func requestError(ctx context.Context, tool, subject string, err error) error {
 		return fmt.Errorf("tool %q (nats %s): %w (%w)", tool, subject, ctx.Err(), err)
 	case errors.Is(err, nats.ErrNoResponders):
 		return fmt.Errorf("%w: tool %q: no tool service answers on %s: %w", ErrTransient, tool, subject, err)
-	case errors.Is(err, nats.ErrConnectionClosed), errors.Is(err, nats.ErrConnectionDraining):
-		return fmt.Errorf("%w: tool %q (nats %s): request not sent: %w", ErrTransient, tool, subject, err)
+	case errors.Is(err, nats.ErrConnectionClosed), errors.Is(err, nats.ErrConnectionDraining), errors.Is(err, nats.ErrDisconnected):
+		// The connection was open when the request went: nats.go gives
+		// the same error when it closes while the request waits for its
+		// reply, by when the service may have run the call. Taken for
+		// "not sent" (transient), a write that may have happened was
+		// recorded as having had no effect, and run again.
+		return fmt.Errorf("%w: tool %q (nats %s): the connection closed before the reply came; the request may have reached the service: %w", ErrOutcomeUnknown, tool, subject, err)
 	}
 	return fmt.Errorf("tool %q (nats %s): request: %w", tool, subject, err)
 }

@@ -376,8 +376,24 @@ func (s *Service) serve(e *endpoint, msg *nats.Msg, received time.Time) {
 		}
 	}()
 	log := s.log.With("tool", e.name, "run_id", req.RunID, "call_id", req.CallID, "operation_id", req.OperationID)
+	if ctx.Err() != nil {
+		// Its deadline passed before it came (held back by a reconnect, a
+		// slow link, a clock ahead): loopgate stopped waiting for it, and
+		// may have found the write not applied and run it again. A call
+		// nobody waits for is not run.
+		e.failed.Add(1)
+		log.Warn("call came after its deadline: not run, no reply sent", "deadline", req.Deadline)
+		return
+	}
 
 	v, err := s.run(ctx, e, req)
+	if err == nil && ctx.Err() != nil {
+		// Done, but after its deadline: loopgate stopped waiting, and finds
+		// out whether it took effect (a timeout; a write is reconciled).
+		// No reply claims it, as for a call that ended with an error.
+		log.Warn("call ended after its deadline: no reply sent", "ctx", ctx.Err())
+		return
+	}
 	if err == nil {
 		body, merr := json.Marshal(struct {
 			Result any `json:"result"`

@@ -465,17 +465,22 @@ func recorded(evs []events.Event, seq uint64) (approved, rejected bool) {
 	return approved, rejected
 }
 
-// decidedBySignature returns the round of callID that an approval message
-// with this signature decided, as the run's approved events record it
-// (reading each one's message back from LOOPGATE_APPROVALS), or 0. Only
-// messages other than seq count.
-func (p *Pool) decidedBySignature(ctx context.Context, evs []events.Event, callID, signature string, seq uint64) (int, error) {
+// handledSignature returns the stream seq of an approval message of
+// callID, other than seq, that carried this signature and that the run's
+// trail records as handled (an approved event, or an approval_rejected one),
+// reading each one back from LOOPGATE_APPROVALS; 0 when none did. A copy
+// of a handled signed message decides nothing: only the ones that had
+// decided used to count, so a copy of a signed retry refused as
+// not_pending in round 1 decided round 2, unseen by anyone.
+func (p *Pool) handledSignature(ctx context.Context, evs []events.Event, callID, signature string, seq uint64) (uint64, error) {
 	for i := range evs {
 		e := &evs[i]
-		if e.Type != events.TypeApproved || e.CallID != callID {
+		if (e.Type != events.TypeApproved && e.Type != events.TypeApprovalRejected) || e.CallID != callID {
 			continue
 		}
-		var d events.ApprovedData
+		var d struct {
+			ApprovalSeq uint64 `json:"approval_seq"`
+		}
 		if e.Decode(&d) != nil || d.ApprovalSeq == 0 || d.ApprovalSeq == seq {
 			continue
 		}
@@ -490,7 +495,7 @@ func (p *Pool) decidedBySignature(ctx context.Context, evs []events.Event, callI
 			Signature string `json:"signature"`
 		}
 		if json.Unmarshal(raw.Data, &earlier) == nil && earlier.Signature == signature {
-			return d.Round, nil
+			return d.ApprovalSeq, nil
 		}
 	}
 	return 0, nil
@@ -646,15 +651,15 @@ func (p *Pool) decide(ctx context.Context, msg approvalMsg) (outcome, string) {
 	}
 	if m.Signature != "" && entry.Pending() {
 		// A signature binds run, call, arguments and decision, not the
-		// round: a copy of the signed retry that decided round 1,
-		// published again while round 2 waits, would run the write once
-		// more with no human asked.
-		round, err := p.decidedBySignature(ctx, evs, callID, m.Signature, seq)
+		// round: a copy of a signed retry sent for round 1, published
+		// again while round 2 waits, would run the write once more with
+		// no human asked.
+		earlier, err := p.handledSignature(ctx, evs, callID, m.Signature, seq)
 		switch {
 		case err != nil:
 			return failedOn(err)
-		case round > 0:
-			return reject(approvals.RejectStale, fmt.Sprintf("this signed decision already decided round %d of the question: a copy of it cannot answer round %d", round, entry.Round), m, nil)
+		case earlier > 0:
+			return reject(approvals.RejectStale, fmt.Sprintf("a copy of approval message %d, handled already: a signed decision answers once, and not round %d of the question", earlier, entry.Round), m, nil)
 		}
 	}
 	roles, known := p.app.ApproverRoles(m.Approver.ID)
@@ -685,7 +690,9 @@ func (p *Pool) decide(ctx context.Context, msg approvalMsg) (outcome, string) {
 		return reject(class, detail, m, nil)
 	}
 	entry.State = decidedState(m.Decision)
-	entry.Decision, entry.DecidedBy, entry.Reason = m.Decision, m.Approver.ID, m.Reason
+	// The reason is stored as the approved event stores it: an approver
+	// may read every entry of the bucket.
+	entry.Decision, entry.DecidedBy, entry.Reason = m.Decision, m.Approver.ID, p.redactString(m.Reason)
 	entry.DecidedAt, entry.DecisionSeq = p.now().UTC(), seq
 	p.crash("before:decision")
 	if err := p.approvals.Decide(ctx, entry, rev); err != nil {

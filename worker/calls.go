@@ -247,15 +247,38 @@ func (r *run) resolve(ctx context.Context, resolver, id string) (policy.Owner, e
 		// store and held the run's message for ever, asking again without
 		// spending a delivery; as it is, the message is redelivered, and
 		// past MaxDeliver the run stops with this cause.
-		return policy.Owner{}, fmt.Errorf("resolver %q: %v", resolver, err)
+		return policy.Owner{}, fmt.Errorf("resolver %q: %s", resolver, r.p.redactString(err.Error()))
 	}
-	var o policy.Owner
-	if err := json.Unmarshal(b, &o); err != nil {
+	o, ok := ownerOf(b)
+	if !ok {
 		// Its start only: the error ends up in logs and, past
 		// MaxDeliver, in the run's finished detail.
 		return policy.Owner{}, fmt.Errorf("resolver %q answered %q (%d bytes), not {found, tenant}", resolver, r.p.redactString(excerpt(b)), len(b))
 	}
 	return o, nil
+}
+
+// ownerOf reads a resolver's answer: an object whose found is a boolean
+// and, when true, whose tenant is a string that is not empty. Anything else
+// (null, {}, a tenant without found) used to decode as found false, a
+// resource nobody owns, and the call was allowed: a broken resolver let
+// every call through where it must stop the run.
+func ownerOf(b []byte) (policy.Owner, bool) {
+	var a struct {
+		Found  *bool   `json:"found"`
+		Tenant *string `json:"tenant"`
+	}
+	if err := json.Unmarshal(b, &a); err != nil || a.Found == nil {
+		return policy.Owner{}, false
+	}
+	o := policy.Owner{Found: *a.Found}
+	if o.Found {
+		if a.Tenant == nil || *a.Tenant == "" {
+			return policy.Owner{}, false
+		}
+		o.Tenant = *a.Tenant
+	}
+	return o, true
 }
 
 // nextCall returns the first call, in call order, that needs something
@@ -504,6 +527,12 @@ func (r *run) invoke(ctx context.Context, a *attempt) (events.ExecutedData, erro
 	case errors.Is(err, context.DeadlineExceeded) && cctx.Err() != nil:
 		out.Status, out.ErrorClass = events.ExecTimeout, "timeout"
 		out.Message = fmt.Sprintf("stopped waiting after %s; the operation may still be running", a.ex.Deadline.Sub(began).Round(100*time.Millisecond))
+		return out, nil
+	case errors.Is(err, tools.ErrOutcomeUnknown):
+		// As a timeout: the call may have run; a write is reconciled or
+		// asked about, never run again blindly.
+		out.Status, out.ErrorClass = events.ExecTimeout, "connection_lost"
+		out.Message = "the connection to the tool's service closed before its reply came; the operation may have run"
 		return out, nil
 	case errors.Is(err, tools.ErrTransient):
 		out.Status, out.ErrorClass = events.ExecTransient, "transient"

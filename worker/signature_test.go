@@ -306,7 +306,7 @@ func TestASignedDecisionCopiedIntoALaterRoundIsRejected(t *testing.T) {
 		t.Fatalf("the human's retry: %s %s", c, d)
 	}
 	b.waitType(runID, events.TypeParked, 2)
-	if c, d := b.outcomeOf(runID, b.publishMessage(retry, runID, "s1c1")); c != approvals.RejectStale || !strings.Contains(d, "already decided round 1") {
+	if c, d := b.outcomeOf(runID, b.publishMessage(retry, runID, "s1c1")); c != approvals.RejectStale || !strings.Contains(d, "handled already") || !strings.Contains(d, "not round 2") {
 		t.Fatalf("the copy in round 2: %s %s; want rejected as %s", c, d, approvals.RejectStale)
 	}
 	if c, d := b.outcomeOf(runID, b.publishMessage(sign(approvals.Abandon, "two unknown outcomes"), runID, "s1c1")); c != "approved" {
