@@ -467,8 +467,9 @@ func recorded(evs []events.Event, seq uint64) (approved, rejected bool) {
 
 // handledSignature returns the stream seq of an approval message of
 // callID, other than seq, that carried this signature and that the run's
-// trail records as handled (an approved event, or an approval_rejected one),
-// reading each one back from LOOPGATE_APPROVALS; 0 when none did. A copy
+// trail records as handled (an approved event, or an approval_rejected one
+// other than undecided), reading each one back from LOOPGATE_APPROVALS; 0
+// when none did. A copy
 // of a handled signed message decides nothing: only the ones that had
 // decided used to count, so a copy of a signed retry refused as
 // not_pending in round 1 decided round 2, unseen by anyone.
@@ -480,8 +481,11 @@ func (p *Pool) handledSignature(ctx context.Context, evs []events.Event, callID,
 		}
 		var d struct {
 			ApprovalSeq uint64 `json:"approval_seq"`
+			Class       string `json:"class"`
 		}
-		if e.Decode(&d) != nil || d.ApprovalSeq == 0 || d.ApprovalSeq == seq {
+		// A message recorded as undecided was never judged (no worker
+		// could handle it): the README's remedy is to send it again.
+		if e.Decode(&d) != nil || d.ApprovalSeq == 0 || d.ApprovalSeq == seq || d.Class == approvals.RejectUndecided {
 			continue
 		}
 		raw, err := p.approvalMsgs.GetMsg(ctx, d.ApprovalSeq)

@@ -14,6 +14,7 @@ import (
 	"github.com/loopgate/loopgate/approvals"
 	"github.com/loopgate/loopgate/config"
 	"github.com/loopgate/loopgate/events"
+	"github.com/loopgate/loopgate/journal"
 	"github.com/loopgate/loopgate/model"
 	"github.com/loopgate/loopgate/tools"
 )
@@ -178,4 +179,40 @@ func TestAnApprovalOnAnotherTenantsSubjectDecidesNothing(t *testing.T) {
 		t.Fatalf("the approval on the run's own subject: %s %s", c, d)
 	}
 	b.waitEnd(runID)
+}
+
+// A signed message recorded as undecided (no worker could handle it in
+// all its deliveries) was never judged: the README's remedy is to publish
+// it again, and the very same bytes must then decide. The copy check
+// skips it, where it refuses a copy of any message that was judged.
+func TestASignedMessageRecordedUndecidedMayBeSentAgain(t *testing.T) {
+	t.Parallel()
+	var failing atomic.Bool
+	failing.Store(true)
+	o := oneDraft(t, "drafted")
+	o.layout = journal.Layout{MaxDeliver: 2, AckWait: time.Second}
+	o.retry = 20 * time.Millisecond
+	o.crash = func(point string) {
+		if point == "before:decision" && failing.Load() {
+			panic("the handler fails on every delivery")
+		}
+	}
+	b := setup(t, o)
+	requireSignatures(b, true)
+	runID, q := draftRun(t, b, "undecided-again-1")
+	msg := approvals.Message{RunID: runID, CallID: "s1c1", ArgsHash: q.ArgsHash, Decision: approvals.Approve,
+		Approver: approvals.Approver{ID: "supervisor@cityops"}, Reason: "ok"}
+	if err := approvals.Sign(&msg, exampleKey(t, "supervisor@cityops"), time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if c, d := b.outcomeOf(runID, b.publishMessage(msg, runID, "s1c1")); c != approvals.RejectUndecided {
+		t.Fatalf("the first copy: %s %s; want %s", c, d, approvals.RejectUndecided)
+	}
+	failing.Store(false)
+	if c, d := b.outcomeOf(runID, b.publishMessage(msg, runID, "s1c1")); c != "approved" {
+		t.Fatalf("the same message sent again: %s %s; want it to decide", c, d)
+	}
+	assertTrail(t, b.waitEnd(runID), concat([]string{"started", "proposed", "validated:ok(draft_escalation)",
+		"approval_requested(draft_escalation)", "parked", "approval_rejected:undecided(draft_escalation)", "approved:approve(draft_escalation)",
+		"executing(draft_escalation)", "executed:ok(draft_escalation)", "observed(draft_escalation)"}, []string{"proposed:final", "finished:done"}))
 }
