@@ -84,16 +84,7 @@ func TestAnExpiredUnknownOutcomeIsNotReportedAsANeverRunCall(t *testing.T) {
 // start expires the question.
 func TestAnExpiryThatFiresWithNoWorkerIsTakenWhenOneStarts(t *testing.T) {
 	t.Parallel()
-	m := fakeTool("slow_approver", tools.Write, false)
-	m.ApprovalTTL = events.Duration(time.Second)
-	var ran atomic.Int32
-	b := setup(t, options{
-		tools:    []tools.Manifest{m},
-		builtins: tools.Builtins{"slow_approver": func(context.Context, tools.Call) (any, error) { ran.Add(1); return "ok", nil }},
-		roles:    writerRoles("slow_approver"),
-		agents:   map[string]config.Profile{"expiring": profile("slow_approver")},
-		scripts:  map[string]model.Model{"expiring": scripted(t, `{"tool_calls":[{"tool":"slow_approver","args":{"n":1}}]}`, `{"final_answer":{"summary":"nobody answered"}}`)},
-	})
+	b, ran := expiringWrite(t)
 	runID := b.submit(task("expiry-review-no-worker-1", "expiring"))
 	b.waitType(runID, events.TypeParked, 1)
 	b.stopPool()

@@ -31,6 +31,14 @@ func sessionEntry(t *testing.T, b *bundle, id string) string {
 	return string(e.Value())
 }
 
+// chatProfile answers from its script, with session memory of 8 KiB.
+func chatProfile() config.Profile {
+	return config.Profile{
+		Model: config.Model{Provider: "scripted"}, Tools: []string{"lookup_complaints"}, Roles: []string{"operator"},
+		SessionBudgetBytes: 8192,
+	}
+}
+
 // holding lists the events whose stored data holds secret.
 func holding(evs []events.Event, secret string) []string {
 	var out []string
@@ -52,10 +60,7 @@ func TestSessionMemoryRedactsSensitiveKeysOfAnObjectInput(t *testing.T) {
 	t.Parallel()
 	const secret = "swordfish-4412"
 	b := setup(t, options{
-		agents: map[string]config.Profile{"chat": {
-			Model: config.Model{Provider: "scripted"}, Tools: []string{"lookup_complaints"}, Roles: []string{"operator"},
-			SessionBudgetBytes: 8192,
-		}},
+		agents:  map[string]config.Profile{"chat": chatProfile()},
 		scripts: map[string]model.Model{"chat": scripted(t, `{"final_answer":{"summary":"checked the vendor portal"}}`)},
 	})
 	first := task("sess-redact-obj-1", "chat")
@@ -83,10 +88,7 @@ func TestSessionConstraintsAreRedactedInTheBucket(t *testing.T) {
 	t.Parallel()
 	const token, email = "tok-77ab12cd34", "jane.roe@example.com"
 	b := setup(t, options{
-		agents: map[string]config.Profile{"chat": {
-			Model: config.Model{Provider: "scripted"}, Tools: []string{"lookup_complaints"}, Roles: []string{"operator"},
-			SessionBudgetBytes: 8192,
-		}},
+		agents:  map[string]config.Profile{"chat": chatProfile()},
 		scripts: map[string]model.Model{"chat": scripted(t, `{"final_answer":{"summary":"ok"}}`)},
 	})
 	tk := task("sess-redact-cons-1", "chat")
@@ -165,10 +167,7 @@ func TestASessionRecordsARunOnceWhenItsWorkerDiesBeforeFinished(t *testing.T) {
 	t.Parallel()
 	var died atomic.Int32
 	b := setup(t, options{
-		agents: map[string]config.Profile{"chat": {
-			Model: config.Model{Provider: "scripted"}, Tools: []string{"lookup_complaints"}, Roles: []string{"operator"},
-			SessionBudgetBytes: 8192,
-		}},
+		agents:  map[string]config.Profile{"chat": chatProfile()},
 		scripts: map[string]model.Model{"chat": scripted(t, `{"final_answer":{"summary":"the one answer"}}`)},
 		crash: func(point string) {
 			if point == "before:finished" && died.Add(1) == 1 {
@@ -202,10 +201,7 @@ func TestASessionRecordsARunOnceWhenItsWorkerDiesBeforeFinished(t *testing.T) {
 func TestACorruptSessionEntryStopsItsRunsWithAClearCause(t *testing.T) {
 	t.Parallel()
 	b := setup(t, options{
-		agents: map[string]config.Profile{"chat": {
-			Model: config.Model{Provider: "scripted"}, Tools: []string{"lookup_complaints"}, Roles: []string{"operator"},
-			SessionBudgetBytes: 8192,
-		}},
+		agents:  map[string]config.Profile{"chat": chatProfile()},
 		scripts: map[string]model.Model{"chat": scripted(t, `{"final_answer":{"summary":"ok"}}`)},
 		retry:   20 * time.Millisecond,
 		layout:  journal.Layout{AckWait: 300 * time.Millisecond}, // its deliveries' backoff
@@ -250,10 +246,7 @@ func TestConcurrentRunsOfOneSessionAreAllRemembered(t *testing.T) {
 		return model.Response{Output: []byte(`{"final_answer":{"summary":"done"}}`), Name: "barrier"}, nil
 	})
 	b := setup(t, options{
-		agents: map[string]config.Profile{"chat": {
-			Model: config.Model{Provider: "scripted"}, Tools: []string{"lookup_complaints"}, Roles: []string{"operator"},
-			SessionBudgetBytes: 8192,
-		}},
+		agents:  map[string]config.Profile{"chat": chatProfile()},
 		scripts: map[string]model.Model{"chat": m},
 		workers: n,
 	})

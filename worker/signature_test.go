@@ -269,16 +269,14 @@ func TestUnsignedApprovalsAreAcceptedWhenNotRequiredButSignaturesAreStillVerifie
 	}
 }
 
-// A signature binds run, call, arguments and decision, not the round. The
-// signed retry that decided round 1 of a needs_human question, published
-// again (the same bytes, read from LOOPGATE_APPROVALS) while round 2
-// waits, must not answer round 2: the write would run once more with no
-// human asked. It is recorded as a stale signature; a human's own answer
-// to round 2 still decides it.
-func TestASignedDecisionCopiedIntoALaterRoundIsRejected(t *testing.T) {
-	t.Parallel()
-	var runs atomic.Int32
-	m, fns := ungated("create_ticket", &runs, func(ctx context.Context, c tools.Call) (any, error) {
+// signedUnknownWrite parks a run, with signatures required, on the approval
+// of a create_ticket write that always times out (so each attempt asks a
+// needs_human question next), and returns the bundle, the write's run
+// count, the run and a signer of the supervisor's answers to s1c1.
+func signedUnknownWrite(t *testing.T, taskID string) (*bundle, *atomic.Int32, string, func(approvals.Decision, string) approvals.Message) {
+	t.Helper()
+	runs := new(atomic.Int32)
+	m, fns := ungated("create_ticket", runs, func(ctx context.Context, c tools.Call) (any, error) {
 		<-ctx.Done() // always times out: the outcome is unknown
 		return nil, ctx.Err()
 	})
@@ -289,11 +287,11 @@ func TestASignedDecisionCopiedIntoALaterRoundIsRejected(t *testing.T) {
 		scripts: map[string]model.Model{"ticketer": scripted(t, `{"tool_calls":[{"tool":"create_ticket","args":{"n":1}}]}`, `{"final_answer":{"summary":"ok"}}`)},
 	})
 	requireSignatures(b, true)
-	runID := b.submit(task("signed-replay-1", "ticketer"))
+	runID := b.submit(task(taskID, "ticketer"))
 	q := last[events.ApprovalRequestedData](t, []events.Event{b.waitType(runID, events.TypeApprovalRequested, 1)}, events.TypeApprovalRequested)
 	b.waitType(runID, events.TypeParked, 1)
 	sup := exampleKey(t, "supervisor@cityops")
-	sign := func(d approvals.Decision, reason string) approvals.Message {
+	return b, runs, runID, func(d approvals.Decision, reason string) approvals.Message {
 		msg := approvals.Message{RunID: runID, CallID: "s1c1", ArgsHash: q.ArgsHash, Decision: d,
 			Approver: approvals.Approver{ID: "supervisor@cityops"}, Reason: reason}
 		if err := approvals.Sign(&msg, sup, time.Now()); err != nil {
@@ -301,6 +299,17 @@ func TestASignedDecisionCopiedIntoALaterRoundIsRejected(t *testing.T) {
 		}
 		return msg
 	}
+}
+
+// A signature binds run, call, arguments and decision, not the round. The
+// signed retry that decided round 1 of a needs_human question, published
+// again (the same bytes, read from LOOPGATE_APPROVALS) while round 2
+// waits, must not answer round 2: the write would run once more with no
+// human asked. It is recorded as a stale signature; a human's own answer
+// to round 2 still decides it.
+func TestASignedDecisionCopiedIntoALaterRoundIsRejected(t *testing.T) {
+	t.Parallel()
+	b, runs, runID, sign := signedUnknownWrite(t, "signed-replay-1")
 	retry := sign(approvals.Retry, "checked: no ticket exists")
 	if c, d := b.outcomeOf(runID, b.publishMessage(retry, runID, "s1c1")); c != "approved" {
 		t.Fatalf("the human's retry: %s %s", c, d)

@@ -252,18 +252,26 @@ func TestRacingApprovalsOneWinsAndReplaysAreNoOps(t *testing.T) {
 	}
 }
 
-func TestPendingApprovalExpiresAndIsTreatedAsADenial(t *testing.T) {
-	t.Parallel()
+// expiringWrite is a bundle whose "expiring" agent proposes one write,
+// slow_approver, whose question expires 1 s after it is asked, then
+// answers; ran counts the write's runs.
+func expiringWrite(t *testing.T) (b *bundle, ran *atomic.Int32) {
+	t.Helper()
 	m := fakeTool("slow_approver", tools.Write, false)
 	m.ApprovalTTL = events.Duration(time.Second)
-	var ran atomic.Int32
-	b := setup(t, options{
+	ran = new(atomic.Int32)
+	return setup(t, options{
 		tools:    []tools.Manifest{m},
 		builtins: tools.Builtins{"slow_approver": func(context.Context, tools.Call) (any, error) { ran.Add(1); return "ok", nil }},
 		roles:    writerRoles("slow_approver"),
 		agents:   map[string]config.Profile{"expiring": profile("slow_approver")},
 		scripts:  map[string]model.Model{"expiring": scripted(t, `{"tool_calls":[{"tool":"slow_approver","args":{"n":1}}]}`, `{"final_answer":{"summary":"nobody answered"}}`)},
-	})
+	}), ran
+}
+
+func TestPendingApprovalExpiresAndIsTreatedAsADenial(t *testing.T) {
+	t.Parallel()
+	b, ran := expiringWrite(t)
 	runID := b.submit(task("expire-1", "expiring"))
 	evs := b.waitEnd(runID) // woken by the scheduled message, no test action
 	assertTrail(t, evs, []string{
