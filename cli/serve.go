@@ -186,7 +186,7 @@ func serve(ctx context.Context, e env, f serveFlags, workerOnly bool) int {
 	if err := checkSettings(o, embedded); err != nil {
 		return fail(e, "%v", err)
 	}
-	if o.groupCommit, err = chooseGroupCommit(cmp.Or(f.groupCommit, cfg.Server.GroupCommit), embedded, o.syncInterval, o.replicas); err != nil {
+	if o.groupCommit, err = chooseGroupCommit(cmp.Or(f.groupCommit, string(cfg.Server.GroupCommit)), embedded, o.syncInterval, o.replicas); err != nil {
 		return fail(e, "%v", err)
 	}
 	for _, w := range shortBudgets(cfg, o.ackWait) {

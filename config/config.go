@@ -103,7 +103,7 @@ type Server struct {
 	// (the default: on with the embedded server at sync_interval always
 	// and one replica, where every append is an fsync; off otherwise),
 	// "on" or "off".
-	GroupCommit string `json:"group_commit,omitempty"`
+	GroupCommit OnOff `json:"group_commit,omitempty"`
 	// AckWait is how long a worker may hold a work message without a
 	// heartbeat before JetStream gives it to another worker. Defaults to 30s.
 	AckWait events.Duration `json:"ack_wait,omitempty"`
@@ -226,4 +226,27 @@ type Role struct {
 	// pass: a call is allowed through this role only if each constrained
 	// argument it sets holds one of the listed values.
 	Args map[string]map[string][]json.RawMessage `json:"args,omitempty"`
+}
+
+// OnOff is a setting written auto, on or off. YAML 1.1, which the loader
+// reads, takes an unquoted on or off for a boolean, so true and false are
+// read as "on" and "off": the file means what it says either way.
+type OnOff string
+
+// UnmarshalJSON accepts a string or a boolean.
+func (o *OnOff) UnmarshalJSON(b []byte) error {
+	switch string(b) {
+	case "true":
+		*o = "on"
+		return nil
+	case "false":
+		*o = "off"
+		return nil
+	}
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return err
+	}
+	*o = OnOff(s)
+	return nil
 }

@@ -22,6 +22,7 @@ import (
 
 	"github.com/loopgate/loopgate/events"
 	"github.com/loopgate/loopgate/schemas"
+	"github.com/loopgate/loopgate/tools"
 )
 
 // LoadFile reads the config at the OS path name (see Load). Relative paths
@@ -97,8 +98,10 @@ func load(fsys fs.FS, name, display string) (*Config, error) {
 	dec := json.NewDecoder(bytes.NewReader(doc))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&c); err != nil {
-		// The schema should have caught it; this is the backstop.
-		return nil, invalid(events.FieldError{Message: err.Error()})
+		// A value the schema allows that the field cannot hold (a number
+		// past int64, a duration past time.Duration), or a backstop for
+		// what the schema should have caught.
+		return nil, invalid(schemas.DecodeErrorIn(doc, err))
 	}
 	c.FS = dir
 	c.setDefaults()
@@ -284,6 +287,15 @@ func (c *Config) validate() []events.FieldError {
 	if c.Intake.MaxInputBytes > c.Intake.MaxTaskBytes {
 		bad("/intake/max_input_bytes", "must be <= max_task_bytes (%d)", c.Intake.MaxTaskBytes)
 	}
+	// What the server would refuse at startup, in the file's names.
+	if s := c.Server.SyncInterval; s != "always" {
+		if d, err := time.ParseDuration(s); err != nil || d <= 0 {
+			bad("/server/sync_interval", "must be always or a positive duration such as 2m, not %q", s)
+		}
+	}
+	if d := c.Server.AckWait.D(); d != 0 && d < 100*time.Millisecond {
+		bad("/server/ack_wait", "must be at least 100ms, not %s", d)
+	}
 
 	toolAt := make(map[string]int, len(c.Tools))
 	for i, m := range c.Tools {
@@ -341,6 +353,42 @@ func (c *Config) validate() []events.FieldError {
 		}
 		for i, t := range r.Approve {
 			knownTool(fmt.Sprintf("%s/approve/%d", at, i), t)
+		}
+		// A constraint on a tool or an argument that does not exist
+		// constrains nothing: a typo would let the role pass any value.
+		for _, tool := range sortedKeys(r.Args) {
+			field := at + "/args/" + escape(tool)
+			j, ok := toolAt[tool]
+			if !ok {
+				knownTool(field, tool)
+				continue
+			}
+			names, open := argNames(c.Tools[j])
+			for _, arg := range sortedKeys(r.Args[tool]) {
+				if !open && !slices.Contains(names, arg) {
+					bad(field+"/"+escape(arg), "tool %q has no argument %q (its arguments: %s)", tool, arg, strings.Join(names, ", "))
+				}
+			}
+		}
+	}
+
+	for i, m := range c.Tools {
+		if ns, reserved := tools.ReservedSubject(m.Executor.NATS); m.Executor.NATS != "" && reserved {
+			bad(fmt.Sprintf("/tools/%d/executor/nats", i), "subject %q is in %s, which loopgate or JetStream uses: pick a subject of the tool's own", m.Executor.NATS, ns)
+		}
+		names, open := argNames(m)
+		for k, res := range m.Resources {
+			at := fmt.Sprintf("/tools/%d/resources/%d", i, k)
+			// An argument the schema does not have never comes, so the
+			// resource check would never run for the tool.
+			if !open && !slices.Contains(names, res.Arg) {
+				bad(at+"/arg", "tool %q has no argument %q (its arguments: %s)", m.Name, res.Arg, strings.Join(names, ", "))
+			}
+			// A resolver runs during the policy check, before any
+			// approval: it must not be able to change anything.
+			if j, ok := toolAt[res.Resolver]; ok && c.Tools[j].Permission != "read" {
+				bad(at+"/resolver", "resolver tool %q must be a read tool: it runs before any approval", res.Resolver)
+			}
 		}
 	}
 
@@ -449,4 +497,24 @@ func validateHTTPModel(at string, m Model, bad func(field, format string, args .
 // escape escapes one JSON pointer reference token (RFC 6901).
 func escape(s string) string {
 	return strings.NewReplacer("~", "~0", "/", "~1").Replace(s)
+}
+
+// argNames returns the top-level properties of m's argument schema, and
+// open when the schema names its arguments by pattern (patternProperties)
+// or in a shape argNames does not read, so that no name can be refused.
+func argNames(m tools.Manifest) (names []string, open bool) {
+	var top map[string]json.RawMessage
+	if json.Unmarshal(m.ArgsSchema, &top) != nil {
+		return nil, true
+	}
+	for _, k := range []string{"patternProperties", "$ref", "$dynamicRef", "allOf", "anyOf", "oneOf", "if", "dependentSchemas"} {
+		if _, ok := top[k]; ok {
+			return nil, true
+		}
+	}
+	var props map[string]json.RawMessage
+	if json.Unmarshal(top["properties"], &props) != nil {
+		return nil, true
+	}
+	return sortedKeys(props), false
 }

@@ -1,10 +1,12 @@
 package schemas
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 
 	"github.com/loopgate/loopgate/events"
@@ -53,4 +55,66 @@ func wanted(t reflect.Type) string {
 	default:
 		return "an object"
 	}
+}
+
+// DecodeErrorIn is DecodeError for an error from decoding doc. Where
+// encoding/json's path leaves out a map key or an array index
+// ("/agents/limits/max_steps"), it finds in doc the value that does not
+// decode into the field's type and names it by its full pointer
+// ("/agents/helper/limits/max_steps", "/tools/0/timeout"). When doc holds
+// no such value it answers as DecodeError does.
+func DecodeErrorIn(doc []byte, err error) events.FieldError {
+	fe := DecodeError(err)
+	var te *json.UnmarshalTypeError
+	if !errors.As(err, &te) || te.Type == nil || te.Field == "" {
+		return fe
+	}
+	dec := json.NewDecoder(bytes.NewReader(doc))
+	dec.UseNumber() // 3.0 stays 3.0, which an int refuses
+	var root any
+	if dec.Decode(&root) != nil {
+		return fe
+	}
+	if at, ok := locate(root, strings.Split(te.Field, "."), "", te.Type); ok {
+		fe.Field = at
+	}
+	return fe
+}
+
+// locate walks v along path, stepping also through any map key or array
+// index the path leaves out, to a value that t refuses; it returns that
+// value's pointer.
+func locate(v any, path []string, at string, t reflect.Type) (string, bool) {
+	if len(path) == 0 {
+		b, err := json.Marshal(v)
+		if err == nil && json.Unmarshal(b, reflect.New(t).Interface()) != nil {
+			return at, true
+		}
+		return "", false
+	}
+	switch n := v.(type) {
+	case map[string]any:
+		if c, ok := n[path[0]]; ok {
+			if p, ok := locate(c, path[1:], at+"/"+escape(path[0]), t); ok {
+				return p, true
+			}
+		}
+		keys := make([]string, 0, len(n))
+		for k := range n {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		for _, k := range keys {
+			if p, ok := locate(n[k], path, at+"/"+escape(k), t); ok {
+				return p, true
+			}
+		}
+	case []any:
+		for i, c := range n {
+			if p, ok := locate(c, path, fmt.Sprintf("%s/%d", at, i), t); ok {
+				return p, true
+			}
+		}
+	}
+	return "", false
 }

@@ -226,6 +226,22 @@ func validSubject(s string) bool {
 	return true
 }
 
+// ReservedSubject returns the namespace s falls in when it is one a tool
+// service must not answer on: loopgate's own subjects (tasks, approvals,
+// events, work), JetStream's API and its streams' ($JS., $KV., $O.),
+// the service framework's discovery ($SRV.) and reply inboxes (_INBOX.).
+// A call on such a subject would publish the model's arguments into the
+// audit log or a bucket, or make a JetStream API request. Case matters to
+// NATS, so the check does too.
+func ReservedSubject(s string) (namespace string, reserved bool) {
+	for _, ns := range []string{"loopgate.", "$JS.", "$KV.", "$O.", "$SRV.", "$SYS.", "_INBOX."} {
+		if strings.HasPrefix(s, ns) || s+"." == ns {
+			return ns + ">", true
+		}
+	}
+	return "", false
+}
+
 // bounded cuts s to at most n bytes of valid UTF-8.
 func bounded(s string, n int) string {
 	s = strings.ToValidUTF8(s, "\uFFFD")

@@ -138,7 +138,9 @@ func NewRegistry(manifests []Manifest, builtins Builtins, opts ...Option) (*Regi
 		resolvable[name] = fn != nil
 	}
 	for _, m := range manifests {
-		resolvable[m.Name] = true
+		// A resolver runs in the policy check, before any approval: only
+		// a read tool may be one.
+		resolvable[m.Name] = m.Permission == Read
 	}
 	r := &Registry{tools: make(map[string]*Tool, len(manifests)), builtins: maps.Clone(builtins)}
 	for i, m := range manifests {
@@ -198,6 +200,9 @@ func newTool(i int, m Manifest, builtins Builtins, resolvable map[string]bool, o
 			return nil, bad("builtin", "builtin %q applies only to builtin executors; this tool's executor is %s", m.Builtin, m.Executor)
 		case !validSubject(m.Executor.NATS):
 			return nil, bad("executor", "executor nats subject %q must be dot-separated tokens with no spaces or wildcards", m.Executor.NATS)
+		case isReserved(m.Executor.NATS):
+			ns, _ := ReservedSubject(m.Executor.NATS)
+			return nil, bad("executor", "executor nats subject %q is in %s, which loopgate or JetStream uses: pick a subject of the tool's own", m.Executor.NATS, ns)
 		case o.conn == nil:
 			return nil, bad("executor", "executor %s needs a NATS connection: build the registry with tools.WithConn", m.Executor)
 		}
@@ -209,7 +214,7 @@ func newTool(i int, m Manifest, builtins Builtins, resolvable map[string]bool, o
 	}
 	for j, res := range m.Resources {
 		if res.Arg == "" || !resolvable[res.Resolver] {
-			return nil, bad(fmt.Sprintf("resources/%d", j), "resource argument %q needs a resolver that is a registered builtin or a tool, not %q", res.Arg, res.Resolver)
+			return nil, bad(fmt.Sprintf("resources/%d", j), "resource argument %q needs a resolver that is a registered builtin or a read tool, not %q", res.Arg, res.Resolver)
 		}
 	}
 	var result *resultSchema
@@ -448,4 +453,9 @@ func checkedResult(fn Func, tool string, rs *resultSchema) Func {
 		}
 		return json.RawMessage(b), nil
 	}
+}
+
+func isReserved(subject string) bool {
+	_, reserved := ReservedSubject(subject)
+	return reserved
 }

@@ -102,6 +102,12 @@ func TestNewRegistryRefusesBadManifests(t *testing.T) {
 		{name: "unresolved ref", given: withSchema(`{"type":"object","properties":{"a":{"$ref":"#/$defs/nope"}}}`), wantField: "args_schema", wantMsg: `$ref "#/$defs/nope" does not resolve`},
 		{name: "remote ref is not fetched", given: withSchema(`{"type":"object","properties":{"a":{"$ref":"https://example.com/a.json"}}}`), wantField: "args_schema", wantMsg: "does not resolve"},
 		{name: "bad pattern", given: withSchema(`{"type":"object","properties":{"a":{"pattern":"("}}}`), wantField: "args_schema", wantMsg: "args_schema does not compile"},
+		{name: "a write tool as a resolver", given: []Manifest{
+			with(func(m *Manifest) { m.Resources = []ResourceArg{{Arg: "a", Resolver: "w"}} })[0],
+			{Name: "w", Description: "d", Permission: Write, Builtin: "x", ArgsSchema: schema(`{"type":"object"}`)},
+		}, wantField: "resources/0", wantMsg: "a registered builtin or a read tool"},
+		{name: "executor on loopgate's subjects", given: with(func(m *Manifest) { m.Executor.NATS = "loopgate.events.t.r.finished" }), wantField: "executor", wantMsg: "is in loopgate.>"},
+		{name: "executor on a bucket", given: with(func(m *Manifest) { m.Executor.NATS = "$KV.loopgate_approvals.k" }), wantField: "executor", wantMsg: "is in $KV.>"},
 		{name: "too deep", given: withSchema(`{"type":"object","x":` + strings.Repeat("[", 40) + strings.Repeat("]", 40) + `}`), wantField: "args_schema", wantMsg: "nests too deeply"},
 	}
 	for _, tt := range tests {

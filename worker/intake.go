@@ -47,7 +47,7 @@ func (p *Pool) decodeTask(tenant, subject string, data []byte) (events.Task, eve
 		// number past int64, a duration past 290 years.
 		task = events.Task{}
 		lenientTaskID(data, &task)
-		e := schemas.DecodeError(err)
+		e := schemas.DecodeErrorIn(data, err)
 		return reject(e.Field, e.Message, []events.FieldError{e})
 	}
 	if task.Tenant != tenant {
