@@ -112,10 +112,12 @@ func summarize(w io.Writer, evs []events.Event, now time.Time) {
 	for i, ev := range evs {
 		if i > 0 && ev.Time.After(evs[i-1].Time) {
 			// The same rule as events.Fold: a gap after a parked event (and
-			// after messages that decided nothing) is time parked.
-			if isParked {
+			// after messages that decided nothing) is time parked; a gap
+			// after the finish (before a late answer) is neither.
+			switch {
+			case isParked:
 				parked += ev.Time.Sub(evs[i-1].Time)
-			} else {
+			case !finished:
 				active += ev.Time.Sub(evs[i-1].Time)
 			}
 		}

@@ -135,6 +135,22 @@ func checkWithEvents(ctx context.Context, j *journal.Journal, recs []journal.Run
 				return err
 			}
 			status, reason := statusOf(ev)
+			if ev.Type == events.TypeApprovalRejected {
+				// An answer that decided nothing leaves the run as it
+				// was, parked or not, finished or not: the events say.
+				var ferr error
+				if status, reason, ferr = statusFolded(ctx, j, rec.Tenant, rec.RunID); ferr != nil {
+					if ctx.Err() != nil {
+						return ferr
+					}
+					// Listed as projected, the cause named, as for a
+					// last event that does not decode.
+					mu.Lock()
+					undecoded = append(undecoded, ferr)
+					mu.Unlock()
+					return nil
+				}
+			}
 			r := &out[i]
 			if status != rec.Status {
 				r.Projected = rec.Status
@@ -156,12 +172,30 @@ func statusOf(ev events.Event) (status, reason string) {
 		var d events.FinishedData
 		_ = json.Unmarshal(ev.Data, &d)
 		return journal.RunFinished, string(d.Reason)
-	case events.TypeParked, events.TypeApprovalRejected:
-		// A message that decides nothing leaves the run parked.
+	case events.TypeParked:
 		return journal.RunParked, ""
 	default:
 		return journal.RunRunning, ""
 	}
+}
+
+// statusFolded is the status of a run, and the reason if it has ended,
+// from all its events.
+func statusFolded(ctx context.Context, j *journal.Journal, tenant, runID string) (status, reason string, err error) {
+	evs, _, err := j.Load(ctx, tenant, runID)
+	if err != nil {
+		return "", "", err
+	}
+	st, err := events.Fold(evs)
+	switch {
+	case err != nil:
+		return "", "", fmt.Errorf("run %s: %w", runID, err)
+	case st.Finished != nil:
+		return journal.RunFinished, string(st.Finished.Reason), nil
+	case st.IsParked:
+		return journal.RunParked, "", nil
+	}
+	return journal.RunRunning, "", nil
 }
 
 // sortRuns puts the runs still going first, oldest update first, then the

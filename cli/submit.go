@@ -35,6 +35,11 @@ func runSubmit(ctx context.Context, e env, args []string) int {
 	if code, ok := parseOnlyFlags(fs, e, args); !ok {
 		return code
 	}
+	if *timeout <= 0 {
+		// Refused before the task is published: a follow that ends at
+		// once would say the run was interrupted.
+		return fail(e, "submit: --timeout must be positive (it bounds how long submit follows the run; the run itself goes on)")
+	}
 	var payload []byte
 	var task events.Task
 	if *file != "" {

@@ -184,8 +184,8 @@ func (c *Check) call(e Stored) {
 		call.Executing++
 		// A write is begun again only once something settled whether the
 		// attempt before took effect: its executed event (other than
-		// unknown, unless the tool is idempotent: it dedupes by operation
-		// id), a reconcile, or a human's answer to the question.
+		// unknown or timeout, unless the tool is idempotent: it dedupes by
+		// operation id), a reconcile, or a human's answer to the question.
 		if call.Write && call.unsettled {
 			c.bad("write %s (%s): attempt %d (event %d) began while an earlier attempt's outcome was unknown", e.CallID, call.Tool, d.Attempt, e.Seq)
 		}
@@ -195,7 +195,9 @@ func (c *Check) call(e Stored) {
 		if !decode(&d) {
 			return
 		}
-		call.unsettled = d.Status == events.ExecUnknown && !call.Idempotent
+		// A timeout (a lost connection too) is an unknown outcome, as
+		// unknown is: the write may have taken effect.
+		call.unsettled = (d.Status == events.ExecUnknown || d.Status == events.ExecTimeout) && !call.Idempotent
 		switch {
 		case d.Status == events.ExecOK && d.Message == events.RecordedResultReused:
 			call.ReusedOK++

@@ -220,6 +220,10 @@ func (r *run) wait(ctx context.Context, c *events.CallState) error {
 	if err := r.p.scheduleWake(ctx, r.task.Tenant, r.st.RunID, c.Call.ID, q.ExpiresAt); err != nil {
 		return err
 	}
+	// The worker that parked the run may have died before its record was
+	// written: this pass writes it (the projector skips a record the
+	// bucket already holds).
+	r.p.putRun(ctx, r.st, r.task, journal.RunParked)
 	return errParked
 }
 
