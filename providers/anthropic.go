@@ -41,7 +41,8 @@ type AnthropicConfig struct {
 	// HTTPClient sends the requests. Defaults to a client of its own with
 	// no overall timeout: Retry.RequestTimeout and ctx bound each call.
 	HTTPClient *http.Client
-	// Logger receives retries. Defaults to slog.Default().
+	// Logger receives retries, and warnings about answers that report no
+	// or negative token usage. Defaults to slog.Default().
 	Logger *slog.Logger
 }
 
@@ -50,9 +51,11 @@ type AnthropicConfig struct {
 // tools; tool_use blocks become the decision's calls, each with its block
 // id; a text answer that ends the turn (stop_reason end_turn) is the final
 // answer. The assistant message is returned in Response.Message and
-// replayed verbatim on the next steps, thinking blocks and all; the
-// results of a turn's calls go back in one user message of tool_result
-// blocks.
+// replayed verbatim on the next steps, thinking blocks and all, unless the
+// API would refuse it back (tool_use blocks without ids of their own, no
+// content, an empty text block): then the turn is rebuilt from the
+// decision or the output. The results of a turn's calls go back in one
+// user message of tool_result blocks.
 //
 // It keeps no per-run state and is safe for concurrent use.
 type Anthropic struct {
@@ -88,6 +91,8 @@ func NewAnthropic(cfg *AnthropicConfig) (*Anthropic, error) {
 		option.WithHTTPClient(hc),
 		// Retries are loopgate's (Retry), the same for every provider.
 		option.WithMaxRetries(0),
+		// So that a connection lost mid-body is retried as lost (transportFailure).
+		option.WithMiddleware(markBodyErrors),
 		// Also keeps the SDK from refusing a large max_tokens without
 		// streaming: it only checks when no timeout is set.
 		option.WithRequestTimeout(retry.RequestTimeout),
@@ -130,7 +135,7 @@ func (a *Anthropic) Propose(ctx context.Context, req Request) (Response, error) 
 	if err != nil {
 		return Response{}, maskErr(err, a.key)
 	}
-	return a.translate(msg)
+	return a.translate(ctx, msg)
 }
 
 // emptyText stands in for an empty assistant text, which the API refuses.
@@ -226,8 +231,10 @@ func anthropicCallIDs(msg json.RawMessage) ([]string, error) {
 // validation); the text of a turn that ended (end_turn, stop_sequence) is
 // the final answer; a turn cut short or refused (max_tokens, refusal,
 // pause_turn, model_context_window_exceeded) becomes an object that is no
-// decision and shows why, so the worker records an invalid decision.
-func (a *Anthropic) translate(m *anthropic.Message) (Response, error) {
+// decision and shows why, so the worker records an invalid decision. Usage
+// the server leaves out, or reports negative, is logged.
+func (a *Anthropic) translate(ctx context.Context, m *anthropic.Message) (Response, error) {
+	const what = "anthropic messages"
 	if m == nil {
 		return Response{}, errors.New("anthropic messages: empty response")
 	}
@@ -237,11 +244,19 @@ func (a *Anthropic) translate(m *anthropic.Message) (Response, error) {
 	if err := json.Unmarshal([]byte(m.RawJSON()), &raw); err != nil || len(raw.Content) == 0 {
 		return Response{}, errors.New("anthropic messages: the response has no content")
 	}
+	if !m.JSON.Usage.Valid() {
+		warnNoUsage(ctx, a.log, what)
+	}
 	u := m.Usage
 	resp := Response{
 		Name: a.model,
-		// Cached input is input: a token budget counts it.
-		Usage: events.Usage{InputTokens: int(u.InputTokens + u.CacheCreationInputTokens + u.CacheReadInputTokens), OutputTokens: int(u.OutputTokens)},
+		Usage: events.Usage{
+			// Cached input is input: a token budget counts it.
+			InputTokens: tokens(ctx, a.log, what, "input_tokens", u.InputTokens) +
+				tokens(ctx, a.log, what, "cache_creation_input_tokens", u.CacheCreationInputTokens) +
+				tokens(ctx, a.log, what, "cache_read_input_tokens", u.CacheReadInputTokens),
+			OutputTokens: tokens(ctx, a.log, what, "output_tokens", u.OutputTokens),
+		},
 		Message: marshalOutput(struct {
 			Role    string          `json:"role"`
 			Content json.RawMessage `json:"content"`
@@ -250,6 +265,7 @@ func (a *Anthropic) translate(m *anthropic.Message) (Response, error) {
 	var (
 		calls []wireCall
 		text  strings.Builder
+		blank bool // a text block that is empty or only white space
 	)
 	for _, b := range m.Content {
 		switch b.Type {
@@ -257,7 +273,19 @@ func (a *Anthropic) translate(m *anthropic.Message) (Response, error) {
 			calls = append(calls, wireCall{Tool: b.Name, Args: argsOf(string(b.Input)), ProviderID: b.ID})
 		case "text":
 			text.WriteString(b.Text)
+			blank = blank || strings.TrimSpace(b.Text) == ""
 		}
+	}
+	// The message is replayed verbatim only if the API takes it back: its
+	// tool_use blocks each with an id of its own, for the results to
+	// answer, and some content, none of it an empty text block (an end_turn
+	// or refusal with "content": [] or a lone "" text, which the API
+	// refuses in an assistant message). Otherwise the turn is rebuilt: from
+	// the decision under loopgate's call ids, or from the output when it is
+	// no decision, whatever the stop reason.
+	replayable := distinctIDs(calls) && len(m.Content) > 0 && !blank
+	if !replayable {
+		resp.Message = nil
 	}
 	switch {
 	case m.StopReason == anthropic.StopReasonMaxTokens || m.StopReason == anthropic.StopReasonRefusal ||
@@ -271,7 +299,6 @@ func (a *Anthropic) translate(m *anthropic.Message) (Response, error) {
 			for i := range calls {
 				calls[i].ProviderID = ""
 			}
-			resp.Message = nil
 		}
 		resp.Output = marshalOutput(wireDecision{ToolCalls: calls})
 	default:

@@ -47,7 +47,8 @@ type OpenAIConfig struct {
 	// HTTPClient sends the requests. Defaults to a client of its own with
 	// no overall timeout: Retry.RequestTimeout and ctx bound each call.
 	HTTPClient *http.Client
-	// Logger receives retries. Defaults to slog.Default().
+	// Logger receives retries, and warnings about answers that report no
+	// or negative token usage. Defaults to slog.Default().
 	Logger *slog.Logger
 }
 
@@ -56,7 +57,10 @@ type OpenAIConfig struct {
 // tools (parallel calls allowed); the model's tool calls become the
 // decision's calls, each with the provider's id; a text answer becomes the
 // final answer. The provider's assistant message is returned in
-// Response.Message and replayed verbatim on the next steps.
+// Response.Message and replayed verbatim on the next steps, unless the API
+// would refuse it back (tool calls without ids of their own, no content
+// and no tool calls): then the turn is rebuilt from the decision or the
+// output.
 //
 // It keeps no per-run state and is safe for concurrent use.
 type OpenAI struct {
@@ -96,6 +100,8 @@ func NewOpenAI(cfg *OpenAIConfig) (*OpenAI, error) {
 		option.WithHTTPClient(hc),
 		// Retries are loopgate's (Retry), the same for every provider.
 		option.WithMaxRetries(0),
+		// So that a connection lost mid-body is retried as lost (transportFailure).
+		option.WithMiddleware(markBodyErrors),
 		option.WithRequestTimeout(retry.RequestTimeout),
 	}
 	if cfg.APIKey != "" {
@@ -133,7 +139,7 @@ func (o *OpenAI) Propose(ctx context.Context, req Request) (Response, error) {
 	if err != nil {
 		return Response{}, maskErr(err, o.key)
 	}
-	return o.translate(completion)
+	return o.translate(ctx, completion)
 }
 
 // params builds the request: system message, the rebuilt conversation and
@@ -223,8 +229,10 @@ func openAICallIDs(msg json.RawMessage) ([]string, error) {
 // string, and fails validation); a text answer is the final answer; a
 // truncated or filtered answer (finish_reason length or content_filter)
 // or a refusal becomes an object that is no decision and shows why, so the
-// worker records an invalid decision.
-func (o *OpenAI) translate(c *openai.ChatCompletion) (Response, error) {
+// worker records an invalid decision. Usage the server leaves out, or
+// reports negative, is logged.
+func (o *OpenAI) translate(ctx context.Context, c *openai.ChatCompletion) (Response, error) {
+	const what = "openai chat completion"
 	if c == nil || len(c.Choices) == 0 {
 		return Response{}, errors.New("openai chat completion: the response has no choices")
 	}
@@ -233,9 +241,15 @@ func (o *OpenAI) translate(c *openai.ChatCompletion) (Response, error) {
 	if !json.Valid(msg) {
 		return Response{}, errors.New("openai chat completion: the response's message is not JSON")
 	}
+	if !c.JSON.Usage.Valid() {
+		warnNoUsage(ctx, o.log, what)
+	}
 	resp := Response{
-		Name:    o.model,
-		Usage:   events.Usage{InputTokens: int(c.Usage.PromptTokens), OutputTokens: int(c.Usage.CompletionTokens)},
+		Name: o.model,
+		Usage: events.Usage{
+			InputTokens:  tokens(ctx, o.log, what, "prompt_tokens", c.Usage.PromptTokens),
+			OutputTokens: tokens(ctx, o.log, what, "completion_tokens", c.Usage.CompletionTokens),
+		},
 		Message: msg,
 	}
 	var calls []wireCall
@@ -245,6 +259,21 @@ func (o *OpenAI) translate(c *openai.ChatCompletion) (Response, error) {
 			name, args = tc.Custom.Name, tc.Custom.Input
 		}
 		calls = append(calls, wireCall{Tool: name, Args: argsOf(args), ProviderID: tc.ID})
+	}
+	// The message is replayed verbatim only if the API takes it back: its
+	// tool calls each with an id of its own, for the results to answer
+	// (local servers may send none), and without tool calls some content
+	// (a refusal, or an answer a reasoning model spent thinking, has
+	// content null, which Chat Completions refuses in an assistant message).
+	// Otherwise the turn is rebuilt: from the decision under loopgate's call
+	// ids, or from the output when it is no decision, whatever the finish
+	// reason.
+	replayable := distinctIDs(calls)
+	if len(calls) == 0 {
+		replayable = choice.Message.Content != ""
+	}
+	if !replayable {
+		resp.Message = nil
 	}
 	switch {
 	case choice.FinishReason == "length" || choice.FinishReason == "content_filter" || choice.Message.Refusal != "":
@@ -257,7 +286,6 @@ func (o *OpenAI) translate(c *openai.ChatCompletion) (Response, error) {
 			for i := range calls {
 				calls[i].ProviderID = ""
 			}
-			resp.Message = nil
 		}
 		resp.Output = marshalOutput(wireDecision{ToolCalls: calls})
 	default:
@@ -289,14 +317,6 @@ func (o *OpenAI) classify(err error) failure {
 		return failure{err: pe, retryable: retryableStatus(apiErr.StatusCode, h), header: h}
 	}
 	return transportFailure(err)
-}
-
-// transportFailure classifies an error that came with no HTTP response: a
-// request that never got an answer is worth another attempt; anything else
-// (a response that does not decode) is not.
-func transportFailure(err error) failure {
-	var uerr *url.Error
-	return failure{err: err, retryable: errors.As(err, &uerr)}
 }
 
 // fitsStrict reports whether strict mode can take a tool's schema. Strict

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -27,9 +29,10 @@ const (
 const NoRetries = -1
 
 // Retry is the policy of the HTTP providers for a request that failed in a
-// way a later attempt may not: a 408, 429 or 5xx status, or no answer at all
-// (a lost connection, an attempt past its timeout). Every other failure is
-// returned at once. It is a value; the zero value is the default policy.
+// way a later attempt may not: a 408, 429 or 5xx status, or no whole answer
+// (a lost connection, before or while the body is read; an attempt past its
+// timeout). Every other failure, a body that arrived whole and does not
+// decode included, is returned at once. It is a value; the zero value is the default policy.
 type Retry struct {
 	// MaxRetries bounds the attempts after the first. Defaults to
 	// DefaultMaxRetries (2); NoRetries for none.
@@ -189,4 +192,47 @@ func retryableStatus(status int, h http.Header) bool {
 		return false
 	}
 	return status == http.StatusRequestTimeout || status == http.StatusTooManyRequests || status >= 500
+}
+
+// transportFailure classifies an error that came with no HTTP status to
+// judge by: a request that got no answer, or only part of one (the
+// connection dropped while the body was read: a proxy or load balancer
+// cutting a slow answer), is worth another attempt; a body that arrived
+// whole and does not decode is not.
+func transportFailure(err error) failure {
+	var (
+		uerr *url.Error
+		berr *bodyError
+	)
+	return failure{err: err, retryable: errors.As(err, &uerr) || errors.As(err, &berr)}
+}
+
+// bodyError is an error reading a response body. It marks the failure as
+// the transport's: both SDKs decode the body with a json.Decoder, which
+// reports a body that arrived whole but cut short as io.ErrUnexpectedEOF
+// too, so the error alone cannot tell a lost connection from a bad answer.
+type bodyError struct{ err error }
+
+func (e *bodyError) Error() string { return e.err.Error() }
+func (e *bodyError) Unwrap() error { return e.err }
+
+// markBodyErrors is an SDK middleware (option.Middleware of either SDK)
+// that wraps each response body so that an error reading it is a
+// *bodyError.
+func markBodyErrors(req *http.Request, next func(*http.Request) (*http.Response, error)) (*http.Response, error) {
+	res, err := next(req)
+	if res != nil && res.Body != nil {
+		res.Body = markedBody{res.Body}
+	}
+	return res, err
+}
+
+type markedBody struct{ io.ReadCloser }
+
+func (b markedBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil && err != io.EOF { // io.EOF is the end of a whole body, and must stay itself for io.ReadAll
+		err = &bodyError{err}
+	}
+	return n, err
 }
