@@ -36,8 +36,8 @@ const (
 // to that: with or without cues, the flags are the same.
 //
 // Cues are given the input after fold and look for lower-case ASCII
-// literals: wherever re matches a literal, (?i) and all, fold has left
-// that literal in lower case.
+// literals (and runes without case, such as ｜): wherever re matches a
+// literal, (?i) and all, fold has left that literal in lower case.
 type detector struct {
 	flag Flag
 	re   *regexp.Regexp
@@ -53,7 +53,8 @@ type detector struct {
 	// into the next string — and that a decoded string holds only if its
 	// raw spelling does: no '"', '\\', '/' or control characters, which
 	// JSON may also spell \" \\ \/ \n ... (letters, digits, ' ', '_',
-	// '<', '|', '[', ']', '#', ':' are spelled only as themselves or \uXXXX).
+	// '<', '|', '[', ']', '#', ':' and non-ASCII runes such as '｜' are
+	// spelled only as themselves or \uXXXX).
 	rawCue func(folded string) bool
 }
 
@@ -75,11 +76,11 @@ var detectors = []detector{{
 	rawCue: phraseCue,
 }, {
 	flag: RoleMarker,
-	re:   regexp.MustCompile(`(?i)<\|?(im_start|im_end|system|assistant|user)\|?>|(^|\n)\s*(system|assistant|developer)\s*:|\[/?INST\]|###\s*(instruction|system)`),
+	re:   regexp.MustCompile(`(?i)<` + tagBar + `?(` + strings.Join(chatTags, "|") + `)` + tagBar + `?>|(^|\n)\s*(system|assistant|developer)\s*:|\[/?INST\]|###\s*(instruction|system)`),
 	// One cue for each alternative, read straight off it (the first
-	// dropping the closing \|?>, the second the line start).
+	// dropping the closing bar and '>', the second the line start).
 	cue: func(f string) bool {
-		return chatTag(f) || // <\|?(im_start|im_end|system|assistant|user)
+		return chatTag(f) || // <[|｜]?(chatTags...)
 			// (^|\n)\s*(system|assistant|developer)\s*:
 			spaceThen(f, "system", ":") || spaceThen(f, "assistant", ":") || spaceThen(f, "developer", ":") ||
 			containsAny(f, "[inst]", "[/inst]") || // \[/?INST\]
@@ -279,8 +280,25 @@ func hasAt[T string | []byte](s T, i int, lit string) bool {
 	return len(s)-i >= len(lit) && string(s[i:i+len(lit)]) == lit
 }
 
-// chatTag reports whether s holds '<', maybe '|', and a chat role:
-// <\|?(im_start|im_end|system|assistant|user).
+// chatTags are the names in the special tokens that open or close a turn
+// in the chat templates of the models loopgate's providers serve (Ollama,
+// vLLM, llama.cpp): written <name>, <|name|> or, in DeepSeek's,
+// <｜name｜>. Each is a lower-case literal, as the cues need.
+var chatTags = []string{
+	"im_start", "im_end", // ChatML (Qwen, many fine-tunes)
+	"system", "assistant", "user", // Phi-3, Zephyr; DeepSeek's <｜User｜>, <｜Assistant｜>
+	"start_header_id", "end_header_id", "eot_id", // Llama 3
+	"start_of_turn", "end_of_turn", // Gemma
+}
+
+// tagBar is the optional bar around a chat tag's name: ASCII, or the
+// full-width ｜ (U+FF5C) of DeepSeek's templates. Like '<', ｜ has no case
+// (?i) could match, fold keeps its bytes, and JSON spells it only as
+// itself or \uff5c: fit for cues and raw cues.
+const tagBar = `[|｜]`
+
+// chatTag reports whether s holds '<', maybe a bar, and a chat tag's name:
+// <[|｜]?(chatTags...).
 func chatTag(s string) bool {
 	for {
 		i := strings.IndexByte(s, '<')
@@ -288,8 +306,11 @@ func chatTag(s string) bool {
 			return false
 		}
 		s = s[i+1:]
-		tag := strings.TrimPrefix(s, "|")
-		if slices.ContainsFunc([]string{"im_start", "im_end", "system", "assistant", "user"}, func(role string) bool { return strings.HasPrefix(tag, role) }) {
+		tag, ok := strings.CutPrefix(s, "|")
+		if !ok {
+			tag = strings.TrimPrefix(s, "｜")
+		}
+		if slices.ContainsFunc(chatTags, func(name string) bool { return strings.HasPrefix(tag, name) }) {
 			return true
 		}
 	}

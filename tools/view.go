@@ -27,7 +27,9 @@ import (
 // Apply is meant to run on Bound's output too. An object that is exactly
 // the wrapper Bound makes of a shortened array,
 // {"items":[…],"total":N,"truncated":true}, is treated as that array with
-// N items, so Apply(Bound(x)) and Apply(x) have the same shape; Bound's
+// N items: at the top level, and as an item of an array (where Bound wraps
+// a shortened inner array), whose wrapper is kept with its items
+// projected. So Apply(Bound(x)) and Apply(x) have the same shape; Bound's
 // last resort, {"truncated":true,"omitted_bytes":N}, passes through. Marks
 // Bound adds inside an object ("truncated", "total") are not in Fields and
 // do not survive a projection. Errors wrap ErrInvalidJSON.
@@ -40,7 +42,11 @@ func (v View) Apply(result []byte) ([]byte, error) {
 	var err error
 	switch result[0] {
 	case '{':
-		if items, total, ok := boundWrapper(result); ok {
+		var members map[string]json.RawMessage
+		if err = json.Unmarshal(result, &members); err != nil {
+			break
+		}
+		if items, total, ok := boundWrapper(members); ok {
 			err = v.applyArray(&out, items, total, true)
 			break
 		}
@@ -48,7 +54,7 @@ func (v View) Apply(result []byte) ([]byte, error) {
 			err = json.Compact(&out, result)
 			break
 		}
-		err = v.project(&out, result)
+		err = v.project(&out, members)
 	case '[':
 		var items []json.RawMessage
 		if err = json.Unmarshal(result, &items); err == nil {
@@ -67,35 +73,41 @@ func (v View) Apply(result []byte) ([]byte, error) {
 // items the tool returned (more than len(items) when Bound already dropped
 // some, which wasBounded says).
 func (v View) applyArray(out *bytes.Buffer, items []json.RawMessage, total int, wasBounded bool) error {
-	keep := items
-	if v.MaxItems > 0 && len(keep) > v.MaxItems {
-		keep = keep[:v.MaxItems]
-	}
 	switch {
-	case v.MaxItems > 0:
-		out.WriteString(`{"count":`)
-		out.WriteString(strconv.Itoa(total))
-		out.WriteString(`,"items":`)
-	case wasBounded:
-		out.WriteString(`{"items":`)
+	case v.MaxItems <= 0 && wasBounded:
+		return v.projectWrapped(out, items, total)
+	case v.MaxItems <= 0:
+		return v.projectItems(out, items)
 	}
-	if err := v.projectItems(out, keep); err != nil {
+	out.WriteString(`{"count":`)
+	out.WriteString(strconv.Itoa(total))
+	out.WriteString(`,"items":`)
+	if err := v.projectItems(out, items[:min(len(items), v.MaxItems)]); err != nil {
 		return err
 	}
-	switch {
-	case v.MaxItems > 0:
-		out.WriteString(`,"truncated":`)
-		out.WriteString(strconv.FormatBool(total > v.MaxItems || wasBounded))
-		out.WriteByte('}')
-	case wasBounded:
-		out.WriteString(`,"total":`)
-		out.WriteString(strconv.Itoa(total))
-		out.WriteString(`,"truncated":true}`)
-	}
+	out.WriteString(`,"truncated":`)
+	out.WriteString(strconv.FormatBool(total > v.MaxItems || wasBounded))
+	out.WriteByte('}')
 	return nil
 }
 
-// projectItems writes items as an array, each projected to v.Fields.
+// projectWrapped writes Bound's wrapper of a shortened array again, the
+// items it kept projected to v.Fields and its total as it was.
+func (v View) projectWrapped(out *bytes.Buffer, items []json.RawMessage, total int) error {
+	out.WriteString(wrapOpen)
+	if err := v.projectItems(out, items); err != nil {
+		return err
+	}
+	out.WriteString(wrapTotal)
+	out.WriteString(strconv.Itoa(total))
+	out.WriteString(wrapClose)
+	return nil
+}
+
+// projectItems writes items as an array, each projected to v.Fields. An
+// item that is Bound's wrapper stands for an inner array Bound shortened:
+// it is projected as that array, not as an object, which would keep none
+// of its members (no Fields name "items") and leave {} of it.
 func (v View) projectItems(out *bytes.Buffer, items []json.RawMessage) error {
 	out.WriteByte('[')
 	for i, item := range items {
@@ -106,7 +118,15 @@ func (v View) projectItems(out *bytes.Buffer, items []json.RawMessage) error {
 		var err error
 		switch {
 		case len(v.Fields) > 0 && item[0] == '{':
-			err = v.project(out, item)
+			var members map[string]json.RawMessage
+			if err = json.Unmarshal(item, &members); err != nil {
+				break
+			}
+			if inner, total, ok := boundWrapper(members); ok {
+				err = v.projectWrapped(out, inner, total)
+			} else {
+				err = v.project(out, members)
+			}
 		case len(v.Fields) > 0 && item[0] == '[':
 			var inner []json.RawMessage
 			if err = json.Unmarshal(item, &inner); err == nil {
@@ -123,14 +143,10 @@ func (v View) projectItems(out *bytes.Buffer, items []json.RawMessage) error {
 	return nil
 }
 
-// project writes the members of object raw named in v.Fields, in that
+// project writes the members of an object named in v.Fields, in that
 // order. A missing field is left out rather than written as null: the view
 // shows what the tool said, not what the config hoped for.
-func (v View) project(out *bytes.Buffer, raw []byte) error {
-	var members map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &members); err != nil {
-		return err
-	}
+func (v View) project(out *bytes.Buffer, members map[string]json.RawMessage) error {
 	out.WriteByte('{')
 	n := 0
 	for i, f := range v.Fields {
@@ -152,11 +168,12 @@ func (v View) project(out *bytes.Buffer, raw []byte) error {
 	return nil
 }
 
-// boundWrapper recognizes the object Bound makes of a shortened array and
-// returns the items it kept and the count it had.
-func boundWrapper(raw []byte) (items []json.RawMessage, total int, ok bool) {
-	var w map[string]json.RawMessage
-	if json.Unmarshal(raw, &w) != nil || len(w) != 3 || string(w["truncated"]) != "true" {
+// boundWrapper recognizes the members of the object Bound makes of a
+// shortened array and returns the items it kept and the count it had.
+// Nothing else of w survives a view: the items are projected like any
+// array's, and the total is a count.
+func boundWrapper(w map[string]json.RawMessage) (items []json.RawMessage, total int, ok bool) {
+	if len(w) != 3 || string(w["truncated"]) != "true" {
 		return nil, 0, false
 	}
 	if json.Unmarshal(w["items"], &items) != nil || items == nil {
