@@ -3,12 +3,7 @@ package redact
 // ExpressionOnly redacts s for p with the expression alone, no cues: the
 // reference the cues are tested against.
 func ExpressionOnly(p Pattern, s string) string {
-	return expressions[p].ReplaceAllStringFunc(s, func(m string) string {
-		if p == Card && !luhn(m) {
-			return m
-		}
-		return "[" + string(p) + "]"
-	})
+	return expressions[p].ReplaceAllStringFunc(s, func(m string) string { return marker(p, m) })
 }
 
 // CueAllows reports whether the cues of s let p's expression run on it.

@@ -3,16 +3,18 @@
 // (api_key, token, password, ssn, …) are replaced whole; strings anywhere
 // are scanned for patterns — e-mail addresses, phone numbers, card-like and
 // SSN-like numbers, bearer tokens — and each match is replaced by a marker
-// naming what was there ("[email]"). Structure is kept: redacted JSON is
-// still valid JSON of the same shape.
+// naming what was there ("[email]"); an object's names are strings too.
+// Structure is kept: redacted JSON is still valid JSON of the same shape.
 package redact
 
 import (
 	"bytes"
-	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/go-json-experiment/json/jsontext"
@@ -46,8 +48,10 @@ var AllPatterns = []Pattern{Bearer, Email, Card, SSN, Phone}
 // is not half-eaten as a phone number.
 var expressions = map[Pattern]*regexp.Regexp{
 	// Bearer tokens, API-key-shaped strings, and credentials written as
-	// key=value or key: value in free text.
-	Bearer: regexp.MustCompile(`(?i)\bbearer\s+[A-Za-z0-9\-._~+/]{8,}=*|\b(sk|pk|ghp|xox[bap])[-_][A-Za-z0-9_\-]{10,}|\b(password|passwd|pwd|token|secret|api[_-]?key)\s*[=:]\s*[^\s,;"']+`),
+	// key=value or key: value in free text, the key and the value quoted
+	// or not: JSON inside a string (an HTTP body, a log line, a malformed
+	// decision kept as text) writes "password":"…", which used to pass.
+	Bearer: regexp.MustCompile(`(?i)\bbearer\s+[A-Za-z0-9\-._~+/]{8,}=*|\b(sk|pk|ghp|xox[bap])[-_][A-Za-z0-9_\-]{10,}|\b(password|passwd|pwd|token|secret|api[_-]?key)["']?\s*[=:]\s*["']?[^\s,;"']+`),
 	Email:  regexp.MustCompile(`(?i)[A-Z0-9._%+\-]+@[A-Z0-9.\-]+\.[A-Z]{2,}`),
 	Card:   regexp.MustCompile(`\b(?:\d[ \-]?){12,18}\d\b`),
 	SSN:    regexp.MustCompile(`\b\d{3}-\d{2}-\d{4}\b`),
@@ -56,9 +60,10 @@ var expressions = map[Pattern]*regexp.Regexp{
 
 // Redactor redacts values. The zero value redacts nothing; use New.
 type Redactor struct {
-	keys     map[string]bool
-	patterns []Pattern
-	longKey  bool // a key longer than maxKeyLen: plainlyQuiet steps aside
+	keys       map[string]bool
+	patterns   []Pattern
+	idPatterns []Pattern // those scanned for under identifier names (see scannedFor)
+	longKey    bool      // a key longer than maxKeyLen: plainlyQuiet steps aside
 }
 
 // New makes a redactor for keys (compared case-insensitively) and patterns.
@@ -79,6 +84,9 @@ func New(keys []string, patterns []Pattern) *Redactor {
 	for _, p := range AllPatterns { // keep the specific-first order
 		if slices.Contains(patterns, p) {
 			r.patterns = append(r.patterns, p)
+			if p == Email || p == Bearer {
+				r.idPatterns = append(r.idPatterns, p)
+			}
 		}
 	}
 	return r
@@ -92,10 +100,18 @@ func (r *Redactor) String(s string) (string, bool) {
 	if r == nil {
 		return s, false
 	}
+	return replace(s, r.patterns)
+}
+
+// replace redacts patterns in s.
+func replace(s string, patterns []Pattern) (string, bool) {
+	if len(patterns) == 0 {
+		return s, false
+	}
 	changed := false
 	var c cues
 	c.scan(s)
-	for _, p := range r.patterns {
+	for _, p := range patterns {
 		if !c.allow(p, s) {
 			continue
 		}
@@ -105,13 +121,9 @@ func (r *Redactor) String(s string) (string, bool) {
 		}
 		replaced := false
 		s = re.ReplaceAllStringFunc(s, func(m string) string {
-			// A digit run is a card number only if it passes the Luhn
-			// check: ids and amounts mostly do not.
-			if p == Card && !luhn(m) {
-				return m
-			}
-			replaced = true
-			return "[" + string(p) + "]"
+			out := marker(p, m)
+			replaced = replaced || out != m
+			return out
 		})
 		if replaced {
 			// The cues read word boundaries, and a marker can make one:
@@ -276,6 +288,73 @@ func (c *cues) allow(p Pattern, s string) bool {
 	return true
 }
 
+// marker is what m, a match of p's expression, becomes.
+func marker(p Pattern, m string) string {
+	if p == Card {
+		return cardMarker(m)
+	}
+	return "[" + string(p) + "]"
+}
+
+// cardMarker is what m, a match of the Card expression, becomes. A digit
+// run is a card number only if it passes the Luhn check: ids and amounts
+// mostly do not. The expression takes the longest run it can, so a card
+// number followed or preceded by another group ("4242 4242 4242 4242
+// 123", a CVV or an expiry after it) used to fail the check whole and be
+// kept, card number and all. When m fails, the runs of its whole groups
+// that begin with its first group or end with its last, longest first,
+// are tried, and the first written as a card number is (cardShaped) and
+// passes is replaced. Only those: one in ten runs of digits passes Luhn
+// by chance, and every run tried is another chance ("2026 11 02 0930
+// 0001 17 42" holds one).
+func cardMarker(m string) string {
+	if luhn(m) {
+		return "[card]"
+	}
+	// Where each group of digits starts and ends in m: the expression
+	// puts at most one ' ' or '-' between two digits.
+	var starts, ends []int
+	for i := 0; i < len(m); i++ {
+		if !isDigit(m[i]) {
+			continue
+		}
+		starts = append(starts, i)
+		for i+1 < len(m) && isDigit(m[i+1]) {
+			i++
+		}
+		ends = append(ends, i+1)
+	}
+	last := len(starts) - 1
+	for j := last - 1; j >= 0; j-- { // from the first group to group j
+		if cardShaped(starts[:j+1], ends[:j+1]) && luhn(m[:ends[j]]) {
+			return "[card]" + m[ends[j]:]
+		}
+	}
+	for i := 1; i <= last; i++ { // from group i to the last
+		if cardShaped(starts[i:], ends[i:]) && luhn(m[starts[i]:]) {
+			return m[:starts[i]] + "[card]"
+		}
+	}
+	return m
+}
+
+// cardShaped reports whether the groups of digits from starts to ends are
+// grouped as card numbers are written: in one run, in fours with a last
+// group of at most four, or as 4-6-5 (American Express) or 4-6-4 (Diners).
+func cardShaped(starts, ends []int) bool {
+	n := len(starts)
+	size := func(i int) int { return ends[i] - starts[i] }
+	if n == 1 || n == 3 && size(0) == 4 && size(1) == 6 && (size(2) == 5 || size(2) == 4) {
+		return true
+	}
+	for i := range n {
+		if size(i) != 4 && (i < n-1 || size(i) > 4) {
+			return false
+		}
+	}
+	return true
+}
+
 // luhn reports whether the digits of s pass the Luhn checksum.
 func luhn(s string) bool {
 	sum, n, double := 0, 0, false
@@ -297,16 +376,29 @@ func luhn(s string) bool {
 	return n >= 13 && sum%10 == 0
 }
 
-// idKey reports whether a key holds an identifier or a hash, whose value
-// is loopgate's own and never scanned for patterns (a digit-heavy UUID is
-// not a phone number).
-func idKey(k string) bool {
-	k = strings.ToLower(k)
-	return k == "id" || strings.HasSuffix(k, "_id") || strings.HasSuffix(k, "_hash") || strings.HasSuffix(k, "_seq")
+// scannedFor returns the patterns a string directly under the name k
+// (lower-cased) is scanned for. An identifier or a hash (…_id, …_hash,
+// …_seq) is not scanned for the digit-shaped ones (a UUID or a sequence
+// number is not a phone number), only for e-mail addresses and bearer
+// tokens, which none of loopgate's identifiers looks like and a tool's
+// "resident_id" may well hold: such values used to be skipped whole, in
+// every document. A value under "id" alone is still never scanned: in the
+// started event it is the task's principal, which a run resumed from its
+// events acts for and checks approvers against (self-approval), and a
+// principal may well be an e-mail address.
+func (r *Redactor) scannedFor(k string) []Pattern {
+	switch {
+	case k == "id":
+		return nil
+	case strings.HasSuffix(k, "_id") || strings.HasSuffix(k, "_hash") || strings.HasSuffix(k, "_seq"):
+		return r.idPatterns
+	}
+	return r.patterns
 }
 
 // JSON redacts a JSON document: values under sensitive keys become
-// Marker, strings are scanned for patterns. A document that is not JSON is
+// Marker, strings (names too) are scanned for patterns. A document that
+// is not one JSON value (nothing but white space may follow it) is
 // redacted as a string. The result is valid JSON when the input was.
 func (r *Redactor) JSON(raw []byte) ([]byte, bool) {
 	if r == nil || len(raw) == 0 {
@@ -464,15 +556,16 @@ func isDomainByte(b byte) bool { return isLetter(b) || isDigit(b) || b == '.' ||
 
 // quiet reports whether JSON would return raw unchanged, reading it once
 // as a stream of tokens without building it. Most documents (every event's
-// data passes through JSON) hold nothing to redact, and decoding them into
-// maps to find that out, then dropping the maps, was most of the cost of
-// redaction. False means "maybe not": rewrite decides. It is true only for
-// one strict JSON value (valid UTF-8, no duplicate names); anything else
-// goes the long way, which has the last word on odd input.
+// data passes through JSON) hold nothing to redact, and decoding them in
+// full to find that out, then dropping what was built, was most of the
+// cost of redaction. False means "maybe not": rewrite decides. It is true
+// only for one strict JSON value (valid UTF-8, no duplicate names);
+// anything else goes the long way, which has the last word on odd input.
 func (r *Redactor) quiet(raw []byte) bool {
 	dec := jsontext.NewDecoder(bytes.NewReader(raw))
-	sensitive, idName := false, false // about the name the next value is under
-	values := 0                       // top-level values read
+	sensitive := false    // about the name the next value is under
+	scanFor := r.patterns // likewise (see scannedFor)
+	values := 0           // top-level values read
 	for {
 		depth := dec.StackDepth()
 		if depth == 0 && values == 1 {
@@ -494,7 +587,11 @@ func (r *Redactor) quiet(raw []byte) bool {
 			continue
 		case inObject && n%2 == 0: // a name
 			name := tok.String()
-			sensitive, idName = r.keys[strings.ToLower(name)], idKey(name)
+			if _, changed := r.String(name); changed {
+				return false
+			}
+			lower := strings.ToLower(name)
+			sensitive, scanFor = r.keys[lower], r.scannedFor(lower)
 			continue
 		case inObject && sensitive:
 			// rewrite replaces the value by Marker unless it is null or
@@ -505,70 +602,209 @@ func (r *Redactor) quiet(raw []byte) bool {
 			continue
 		case k != '"':
 			continue
-		case inObject && idName:
-			continue // an identifier: never scanned (see idKey)
 		}
-		if _, changed := r.String(tok.String()); changed {
+		patterns := r.patterns
+		if inObject {
+			patterns = scanFor
+		}
+		if _, changed := replace(tok.String(), patterns); changed {
 			return false
 		}
 	}
 }
 
-// rewrite is JSON the long way: decode, redact in place, encode if
-// anything changed.
+// rewrite is JSON the long way: read the document whole, redacting as it
+// goes, and encode it again if anything changed.
 func (r *Redactor) rewrite(raw []byte) ([]byte, bool) {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil {
+	// Read as encoding/json would have it: a repeated name and invalid
+	// UTF-8 (read as U+FFFD) are JSON still.
+	dec := jsontext.NewDecoder(bytes.NewReader(raw), jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true))
+	v, changed, err := r.value(dec, r.patterns)
+	if err == nil {
+		// Text after the value is no part of it, and used to be left as
+		// it was: a document is one value or it is text.
+		if _, err = dec.ReadToken(); err == io.EOF {
+			err = nil
+		} else if err == nil {
+			err = errors.New("more than one value")
+		}
+	}
+	if err != nil {
 		s, changed := r.String(string(raw))
 		return []byte(s), changed
 	}
-	v, changed := r.value(v)
 	if !changed {
 		return raw, false
 	}
-	// Without HTML escapes: '<' as \u003c would make a value six times its
-	// size, and what was bounded before redaction unbounded after.
+	// Without HTML escapes (jsontext's default): '<' as \u003c would make
+	// a value six times its size, and what was bounded before redaction
+	// unbounded after.
 	var out bytes.Buffer
-	enc := json.NewEncoder(&out)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return raw, false
+	enc := jsontext.NewEncoder(&out, jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true))
+	if err := write(enc, v); err != nil {
+		// Not reached (what was read can be written), but if it were, no
+		// part of the document goes out unredacted.
+		return []byte(`"` + Marker + `"`), true
 	}
 	return bytes.TrimSuffix(out.Bytes(), []byte("\n")), true
 }
 
-func (r *Redactor) value(v any) (any, bool) {
-	switch x := v.(type) {
-	case string:
-		return r.String(x)
-	case []any:
-		changed := false
-		for i := range x {
-			var c bool
-			x[i], c = r.value(x[i])
-			changed = changed || c
-		}
-		return x, changed
-	case map[string]any:
-		changed := false
-		for k, e := range x {
-			if r.keys[strings.ToLower(k)] {
-				if e != nil && e != Marker {
-					x[k] = Marker
-					changed = true
-				}
-				continue
-			}
-			if _, ok := e.(string); ok && idKey(k) {
-				continue
-			}
-			var c bool
-			x[k], c = r.value(e)
-			changed = changed || c
-		}
-		return x, changed
+// A JSON value as rewrite reads it: nil, a bool, a string, a number
+// (jsontext.Value, as written), []any or object.
+type (
+	// object keeps its members in order, a repeated name's too: decoded
+	// into a map, only the last value of a name used to be redacted, and
+	// the document, "unchanged", went out with a secret under an earlier
+	// one.
+	object []member
+	member struct {
+		name  string
+		value any
 	}
-	return v, false
+)
+
+// value reads the next value from dec, redacted: if it is a string, it is
+// scanned for patterns; strings within it for all of r's.
+func (r *Redactor) value(dec *jsontext.Decoder, patterns []Pattern) (any, bool, error) {
+	tok, err := dec.ReadToken()
+	if err != nil {
+		return nil, false, err
+	}
+	switch tok.Kind() {
+	case 'n':
+		return nil, false, nil
+	case 't', 'f':
+		return tok.Bool(), false, nil
+	case '0':
+		return jsontext.Value(tok.String()), false, nil
+	case '"':
+		s, changed := replace(tok.String(), patterns)
+		return s, changed, nil
+	case '[':
+		list, changed := []any{}, false
+		for dec.PeekKind() != ']' {
+			v, c, err := r.value(dec, r.patterns)
+			if err != nil {
+				return nil, false, err
+			}
+			list, changed = append(list, v), changed || c
+		}
+		_, err := dec.ReadToken()
+		return list, changed, err
+	case '{':
+		return r.object(dec)
+	}
+	return nil, false, fmt.Errorf("redact: unexpected %v", tok.Kind())
+}
+
+// object reads the rest of an object from dec, redacted, its '{' read.
+func (r *Redactor) object(dec *jsontext.Decoder) (object, bool, error) {
+	obj, changed := object{}, false
+	for dec.PeekKind() != '}' {
+		tok, err := dec.ReadToken()
+		if err != nil {
+			return nil, false, err
+		}
+		name := tok.String()
+		lower := strings.ToLower(name)
+		var v any
+		var c bool
+		if r.keys[lower] {
+			v, c, err = sensitiveValue(dec)
+		} else {
+			v, c, err = r.value(dec, r.scannedFor(lower))
+		}
+		if err != nil {
+			return nil, false, err
+		}
+		obj, changed = append(obj, member{name, v}), changed || c
+	}
+	if _, err := dec.ReadToken(); err != nil {
+		return nil, false, err
+	}
+	renamed := r.names(obj)
+	return obj, changed || renamed, nil
+}
+
+// sensitiveValue reads the next value from dec, a sensitive key's: it
+// becomes Marker unless it is null or Marker already.
+func sensitiveValue(dec *jsontext.Decoder) (any, bool, error) {
+	switch dec.PeekKind() {
+	case 'n':
+		_, err := dec.ReadToken()
+		return nil, false, err
+	case '"':
+		tok, err := dec.ReadToken()
+		return Marker, err == nil && tok.String() != Marker, err
+	}
+	return Marker, true, dec.SkipValue()
+}
+
+// names redacts the names of obj's members, strings like any other: a
+// result keyed by e-mail address used to keep every address. A redacted
+// name the object has already (two addresses are both "[email]") takes
+// the first free "#2", "#3", … after it, so that no member is lost to a
+// reader keeping one value per name. It reports whether any changed.
+func (r *Redactor) names(obj object) bool {
+	var renamed []int // the members whose names change, and to what
+	var to []string
+	for i, m := range obj {
+		if name, changed := r.String(m.name); changed {
+			renamed, to = append(renamed, i), append(to, name)
+		}
+	}
+	if len(renamed) == 0 {
+		return false
+	}
+	taken := make(map[string]bool, len(obj))
+	for _, m := range obj {
+		taken[m.name] = true
+	}
+	for k, i := range renamed {
+		free := to[k]
+		for n := 2; taken[free]; n++ {
+			free = to[k] + "#" + strconv.Itoa(n)
+		}
+		taken[free] = true
+		obj[i].name = free
+	}
+	return true
+}
+
+// write encodes v, as value read it, to enc.
+func write(enc *jsontext.Encoder, v any) error {
+	switch x := v.(type) {
+	case nil:
+		return enc.WriteToken(jsontext.Null)
+	case bool:
+		return enc.WriteToken(jsontext.Bool(x))
+	case string:
+		return enc.WriteToken(jsontext.String(x))
+	case jsontext.Value:
+		return enc.WriteValue(x)
+	case []any:
+		if err := enc.WriteToken(jsontext.BeginArray); err != nil {
+			return err
+		}
+		for _, e := range x {
+			if err := write(enc, e); err != nil {
+				return err
+			}
+		}
+		return enc.WriteToken(jsontext.EndArray)
+	case object:
+		if err := enc.WriteToken(jsontext.BeginObject); err != nil {
+			return err
+		}
+		for _, m := range x {
+			if err := enc.WriteToken(jsontext.String(m.name)); err != nil {
+				return err
+			}
+			if err := write(enc, m.value); err != nil {
+				return err
+			}
+		}
+		return enc.WriteToken(jsontext.EndObject)
+	}
+	return fmt.Errorf("redact: cannot write a %T", v)
 }

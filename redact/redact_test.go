@@ -24,7 +24,7 @@ func TestJSONRedactsKeysAndPatternsAndKeepsTheShape(t *testing.T) {
 		{"card", `{"memo":"card 4111 1111 1111 1111 on file"}`, `{"memo":"card [card] on file"}`, []string{"4111"}},
 		{"ssn", `{"memo":"ssn 123-45-6789"}`, `{"memo":"ssn [ssn]"}`, []string{"6789"}},
 		{"bearer", `{"hdr":"Authorization: Bearer eyJhbGciOiJIUzI1NiJ9.abc"}`, `{"hdr":"Authorization: [bearer]"}`, []string{"eyJ"}},
-		{"ids and hashes are not scanned", `{"operation_id":"12345678-1234-5123-8123-123456789012","args_hash":"sha256:5550121"}`, `{"operation_id":"12345678-1234-5123-8123-123456789012","args_hash":"sha256:5550121"}`, nil},
+		{"ids and hashes are not scanned for digit shapes", `{"operation_id":"12345678-1234-5123-8123-123456789012","args_hash":"sha256:5550121"}`, `{"operation_id":"12345678-1234-5123-8123-123456789012","args_hash":"sha256:5550121"}`, nil},
 		{"a digit run that fails Luhn is not a card", `{"memo":"ref 1234 5678 9012 3456"}`, `{"memo":"ref 1234 5678 9012 3456"}`, nil},
 		{"numbers stay numbers", `{"n":12345678901234567890,"days":9}`, `{"n":12345678901234567890,"days":9}`, nil},
 		{"not JSON", `call 555-0121`, `call [phone]`, []string{"0121"}},
@@ -110,6 +110,9 @@ var cueCorpus = []string{
 	// A marker can make a word boundary a later expression needs.
 	"a@b.io555-0121", "a@b.io123-45-6789", "a@b.io4111111111111111", "x@y.IO555 012 3456", "token=x 555-0121",
 	"Bearer abcdefgh==555-0121", "4111111111111111-555-0121",
+	// A card number among more digit groups; credentials quoted.
+	"4242 4242 4242 4242 123", "12 4111 1111 1111 1111", "4111111111111111 12 26", "3782 822463 10005 12",
+	`{"password":"x"}`, `'api_key': 'x'`, `token" = "x`, `"token":""`,
 }
 
 // everyday are strings an event carries that are not sensitive but have
@@ -199,6 +202,11 @@ var quietCorpus = []struct {
 	{`   `, false},                        //
 	{`{"m":"x\u0040y.io"}`, false},        // escapes are read as decoded
 	{`{"s":"contact: ssn 123-45-6789, card 4111 1111 1111 1111"}`, false},
+	{`{"x@y.io":1}`, false},                       // a name is scanned
+	{`{"resident_id":"x@y.io"}`, false},           // an id, for addresses
+	{`{"id":"x@y.io","run_id":"555-0121"}`, true}, // but not "id", nor ids for digits
+	{`{"a":"b","a":{"token":"x"}}`, false},        // a repeated name
+	{`{"note":"\"password\":\"x\""}`, false},      // a quoted credential
 }
 
 // Quiet says "unchanged" exactly for what the long way leaves alone, and
