@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -9,6 +10,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/go-json-experiment/json/jsontext"
 
 	"github.com/loopgate/loopgate/approvals"
 	"github.com/loopgate/loopgate/events"
@@ -62,6 +65,7 @@ const resolverTimeout = 5 * time.Second
 // value) took it past the bound in the stored event.
 func (r *run) recordable(result json.RawMessage) (json.RawMessage, int) {
 	redacted, _ := r.p.redactor.JSON(result)
+	redacted = strictJSON(redacted)
 	out, cut := tools.Bound(redacted, maxRecordedResult)
 	if !cut {
 		return out, 0
@@ -570,4 +574,29 @@ func (r *run) observe(c *events.CallState) (observation, json.RawMessage) {
 		return observeExecution(c.Call, x, view), nil
 	}
 	return observeExecution(c.Call, x, view), x.Result
+}
+
+// strictJSON returns doc as a strict reader takes JSON: an object that
+// repeats a name keeps the last value of it, as encoding/json and
+// JavaScript read it, and invalid UTF-8 becomes U+FFFD. A tool in any
+// language may answer so, and its result used to be stored as it came,
+// in events the shipped event schema refuses. A strict document (nearly
+// every one) is returned as it is; one that is not JSON at all, too.
+func strictJSON(doc json.RawMessage) json.RawMessage {
+	if jsontext.Value(doc).IsValid() {
+		return doc
+	}
+	dec := json.NewDecoder(bytes.NewReader(doc))
+	dec.UseNumber()
+	var v any
+	if dec.Decode(&v) != nil {
+		return doc
+	}
+	var out bytes.Buffer
+	enc := json.NewEncoder(&out)
+	enc.SetEscapeHTML(false)
+	if enc.Encode(v) != nil {
+		return doc
+	}
+	return bytes.TrimSuffix(out.Bytes(), []byte("\n"))
 }

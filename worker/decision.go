@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"github.com/go-json-experiment/json/jsontext"
 	"github.com/kaptinlin/jsonschema"
 
 	"github.com/loopgate/loopgate/events"
@@ -72,8 +73,11 @@ func (p *decisionParser) parse(out []byte, step int) (*events.Decision, []events
 // validate checks out against the decision schema and decodes it: the
 // errors name the fields at fault.
 func (p *decisionParser) validate(out []byte) (*wireDecision, []events.FieldError) {
-	if !json.Valid(out) {
+	switch {
+	case !json.Valid(out):
 		return nil, []events.FieldError{{Message: "decision is not valid JSON"}}
+	case !jsontext.Value(out).IsValid():
+		return nil, []events.FieldError{{Message: "decision repeats a member name in an object, or holds invalid UTF-8: each name may appear once"}}
 	}
 	if res := p.schema.ValidateJSON(out); !res.IsValid() {
 		errs := schemas.Errors(res)

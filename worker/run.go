@@ -9,6 +9,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/go-json-experiment/json/jsontext"
+
 	"github.com/loopgate/loopgate/approvals"
 	"github.com/loopgate/loopgate/config"
 	"github.com/loopgate/loopgate/events"
@@ -323,7 +325,9 @@ func (r *run) propose(ctx context.Context) error {
 func (r *run) proposal(ctx context.Context, data *events.ProposedData, out []byte) (json.RawMessage, error) {
 	if data.Decision == nil {
 		// Keep what the model said, bounded, so the trail shows it.
-		if trimmed := boundedRaw(out); json.Valid(trimmed) {
+		// Raw only when a strict reader takes it (no repeated name, valid
+		// UTF-8): the event schema refuses anything else.
+		if trimmed := boundedRaw(out); jsontext.Value(trimmed).IsValid() {
 			data.Raw = trimmed
 		} else {
 			data.RawText = string(trimmed)
