@@ -109,17 +109,22 @@ func summarize(w io.Writer, evs []events.Event, now time.Time) {
 		parkedSince    time.Time
 		finished       bool
 	)
-	for i, ev := range evs {
-		if i > 0 && ev.Time.After(evs[i-1].Time) {
-			// The same rule as events.Fold: a gap after a parked event (and
-			// after messages that decided nothing) is time parked; a gap
-			// after the finish (before a late answer) is neither.
+	var prev time.Time // of the last event that was not an answer deciding nothing
+	for _, ev := range evs {
+		if !prev.IsZero() && ev.Type != events.TypeApprovalRejected && ev.Time.After(prev) {
+			// The same rule as events.Fold: a gap after a parked event is
+			// time parked; a gap after the finish (before a late answer)
+			// is neither; an answer that decided nothing, recorded by any
+			// worker with its clock, is no part of the run's time.
 			switch {
 			case isParked:
-				parked += ev.Time.Sub(evs[i-1].Time)
+				parked += ev.Time.Sub(prev)
 			case !finished:
-				active += ev.Time.Sub(evs[i-1].Time)
+				active += ev.Time.Sub(prev)
 			}
+		}
+		if ev.Type != events.TypeApprovalRejected || prev.IsZero() {
+			prev = ev.Time
 		}
 		switch ev.Type {
 		case events.TypeParked:

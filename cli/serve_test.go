@@ -75,8 +75,9 @@ func TestServeNamesTheFlagAndConfigKeyOfABadSetting(t *testing.T) {
 		{"listen", []string{"serve", "--listen", "bogus"}, `--listen (server.listen) "bogus": want host:port`},
 		{"listen port", []string{"serve", "--listen", "127.0.0.1:70000"}, `--listen (server.listen) "127.0.0.1:70000"`},
 		{"listen in the config", []string{"serve", "--config", configWithServer(t, "  listen: bogus\n")}, `--listen (server.listen) "bogus"`},
+		// The config's own check, before any flag is read.
 		{"ack wait in the config", []string{"worker", "--nats", url, "--config", configWithServer(t, "  ack_wait: 50ms\n")},
-			"--ack-wait (server.ack_wait) 50ms: want at least 100ms"},
+			"/server/ack_wait: must be at least 100ms, not 50ms"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -16,6 +16,7 @@ import (
 var DefaultLimits = events.Limits{
 	MaxSteps:             10,
 	MaxToolCalls:         20,
+	MaxWriteActions:      10,
 	MaxActive:            events.Duration(2 * time.Minute),
 	MaxInvalidDecisions:  3,
 	MaxCorrections:       3,
@@ -30,6 +31,7 @@ func withDefaults(l events.Limits) events.Limits {
 	return events.Limits{
 		MaxSteps:             cmp.Or(l.MaxSteps, d.MaxSteps),
 		MaxToolCalls:         cmp.Or(l.MaxToolCalls, d.MaxToolCalls),
+		MaxWriteActions:      cmp.Or(l.MaxWriteActions, d.MaxWriteActions),
 		MaxActive:            cmp.Or(l.MaxActive, d.MaxActive),
 		MaxInvalidDecisions:  cmp.Or(l.MaxInvalidDecisions, d.MaxInvalidDecisions),
 		MaxCorrections:       cmp.Or(l.MaxCorrections, d.MaxCorrections),
@@ -61,6 +63,7 @@ func EffectiveLimits(profile events.Limits, task *events.Limits) (events.Limits,
 	}{
 		{"max_steps", &eff.MaxSteps, task.MaxSteps},
 		{"max_tool_calls", &eff.MaxToolCalls, task.MaxToolCalls},
+		{"max_write_actions", &eff.MaxWriteActions, task.MaxWriteActions},
 		{"max_invalid_decisions", &eff.MaxInvalidDecisions, task.MaxInvalidDecisions},
 		{"max_corrections", &eff.MaxCorrections, task.MaxCorrections},
 		{"max_repeated_calls", &eff.MaxRepeatedCalls, task.MaxRepeatedCalls},

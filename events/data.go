@@ -70,8 +70,11 @@ type Principal struct {
 // Limits bound one run. In a task they may only tighten the profile's; a
 // zero field means "not set" there.
 type Limits struct {
-	MaxSteps             int      `json:"max_steps,omitempty"`
-	MaxToolCalls         int      `json:"max_tool_calls,omitempty"`
+	MaxSteps     int `json:"max_steps,omitempty"`
+	MaxToolCalls int `json:"max_tool_calls,omitempty"`
+	// MaxWriteActions bounds the calls of write tools a run makes (dry
+	// run previews included: a preview shows what the run would do).
+	MaxWriteActions      int      `json:"max_write_actions,omitempty"`
 	MaxActive            Duration `json:"max_active,omitempty"`
 	MaxInvalidDecisions  int      `json:"max_invalid_decisions,omitempty"`
 	MaxCorrections       int      `json:"max_corrections,omitempty"`
@@ -370,6 +373,7 @@ type Totals struct {
 	Steps            int            `json:"steps"`
 	ToolCalls        int            `json:"tool_calls"`
 	PerTool          map[string]int `json:"per_tool,omitempty"`
+	WriteActions     int            `json:"write_actions,omitempty"`
 	InvalidDecisions int            `json:"invalid_decisions"`
 	Rejected         int            `json:"rejected_calls"`
 	Usage            Usage          `json:"usage"`

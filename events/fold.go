@@ -90,6 +90,7 @@ type RunState struct {
 	Steps            int
 	ToolCalls        int
 	PerTool          map[string]int
+	WriteActions     int // calls of write tools, counted as ToolCalls are
 	InvalidDecisions int
 	Rejected         int            // calls refused by validation
 	Corrections      map[string]int // refused calls, per tool name
@@ -168,17 +169,29 @@ func (s *RunState) Apply(e *Event) error {
 	if s.LastSeq == 0 {
 		s.RunID, s.Tenant, s.FirstTime = e.RunID, e.Tenant, e.Time
 	} else {
-		if e.RunID != s.RunID {
+		switch {
+		case e.RunID != s.RunID:
 			return fmt.Errorf("event %s of run %s folded into run %s", e.EventID, e.RunID, s.RunID)
+		case e.Tenant != s.Tenant:
+			return fmt.Errorf("event %s of tenant %s folded into run %s of tenant %s", e.EventID, e.Tenant, s.RunID, s.Tenant)
 		}
 		// Time parked waiting for a human is not active time.
 		// Nor is the time between a run's end and an answer recorded
 		// after it (approval_rejected).
-		if !s.IsParked && s.Finished == nil && e.Time.After(s.LastTime) {
+		if !s.IsParked && s.Finished == nil && e.Time.After(s.LastTime) && e.Type != TypeApprovalRejected {
 			s.Active += e.Time.Sub(s.LastTime)
 		}
 	}
-	s.LastSeq, s.LastType, s.LastTime = e.Seq, e.Type, e.Time
+	s.LastSeq, s.LastType = e.Seq, e.Type
+	if e.Type != TypeApprovalRejected || s.LastTime.IsZero() {
+		// An answer that decided nothing is recorded by whichever worker
+		// handled it, with that worker's clock, maybe while the run's own
+		// worker drives the run: its time is no part of the run's. The
+		// run's worker does not fold it (it steps its seq over the
+		// record), and a fold that let the record move LastTime forward,
+		// and the run's next event back, used to charge the overlap twice.
+		s.LastTime = e.Time
+	}
 	switch e.Type {
 	case TypeParked:
 		s.IsParked = true
@@ -276,8 +289,7 @@ func (s *RunState) Apply(e *Event) error {
 			return err
 		}
 		if len(c.Executing) == 0 {
-			s.ToolCalls++
-			s.PerTool[c.Call.Tool]++
+			s.countCall(c)
 		}
 		c.Executing = append(c.Executing, d)
 	case TypeExecuted:
@@ -291,8 +303,7 @@ func (s *RunState) Apply(e *Event) error {
 		}
 		if d.Status == ExecDryRun {
 			// A preview is a call made, for the budgets, without an attempt.
-			s.ToolCalls++
-			s.PerTool[c.Call.Tool]++
+			s.countCall(c)
 		}
 		if d.Status == ExecToolFailed {
 			s.Quarantined[c.Call.Tool] = true
@@ -388,6 +399,16 @@ func (s *RunState) callOf(e *Event) (*CallState, error) {
 	return c, nil
 }
 
+// countCall charges the budgets for call c, once: at its first executing
+// event (or its dry run preview).
+func (s *RunState) countCall(c *CallState) {
+	s.ToolCalls++
+	s.PerTool[c.Call.Tool]++
+	if c.Validated != nil && c.Validated.Permission == "write" {
+		s.WriteActions++
+	}
+}
+
 // Totals summarises s for a finished event.
 func (s *RunState) Totals() Totals {
 	return s.totals(s.Active)
@@ -409,6 +430,7 @@ func (s *RunState) totals(active time.Duration) Totals {
 		Steps:            s.Steps,
 		ToolCalls:        s.ToolCalls,
 		PerTool:          s.PerTool,
+		WriteActions:     s.WriteActions,
 		InvalidDecisions: s.InvalidDecisions,
 		Rejected:         s.Rejected,
 		Usage:            s.Usage,

@@ -45,6 +45,10 @@ func beforeCall(s *events.RunState, l events.Limits, m tools.Manifest, now, dead
 	if s.ToolCalls >= l.MaxToolCalls {
 		return stop{events.ReasonMaxToolCalls, fmt.Sprintf("the tool call budget of %d is used up", l.MaxToolCalls)}
 	}
+	// Zero is "not set": the limits of a run started before the bound.
+	if m.Permission == tools.Write && l.MaxWriteActions > 0 && s.WriteActions >= l.MaxWriteActions {
+		return stop{events.ReasonMaxToolCalls, fmt.Sprintf("the budget of %d write actions is used up", l.MaxWriteActions)}
+	}
 	if m.MaxCallsPerRun > 0 && s.PerTool[m.Name] >= m.MaxCallsPerRun {
 		return stop{events.ReasonMaxToolCalls, fmt.Sprintf("the budget of %d calls of %s is used up", m.MaxCallsPerRun, m.Name)}
 	}

@@ -11,7 +11,7 @@ import (
 func TestBudgets(t *testing.T) {
 	t.Parallel()
 	now := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
-	limits := events.Limits{MaxSteps: 4, MaxToolCalls: 3, MaxActive: events.Duration(time.Minute), MaxInvalidDecisions: 2, MaxCorrections: 2, MaxRepeatedCalls: 2}
+	limits := events.Limits{MaxSteps: 4, MaxToolCalls: 3, MaxActive: events.Duration(time.Minute), MaxInvalidDecisions: 2, MaxCorrections: 2, MaxRepeatedCalls: 2, MaxWriteActions: 2}
 	state := func(mod func(s *events.RunState)) *events.RunState {
 		s := &events.RunState{PerTool: map[string]int{}, Corrections: map[string]int{}, Repeats: map[string]int{}}
 		if mod != nil {
@@ -20,6 +20,7 @@ func TestBudgets(t *testing.T) {
 		return s
 	}
 	lookup := tools.Manifest{Name: "lookup", MaxCallsPerRun: 2}
+	draft := tools.Manifest{Name: "draft", Permission: tools.Write}
 	cases := []struct {
 		name  string
 		check func() stop
@@ -43,6 +44,20 @@ func TestBudgets(t *testing.T) {
 		}, events.ReasonMaxToolCalls},
 		{"unbounded tool", func() stop {
 			return beforeCall(state(func(s *events.RunState) { s.PerTool["other"] = 9 }), limits, tools.Manifest{Name: "other"}, now, now.Add(time.Second))
+		}, ""},
+		{"writes left", func() stop {
+			return beforeCall(state(func(s *events.RunState) { s.ToolCalls, s.WriteActions = 1, 1 }), limits, draft, now, now.Add(time.Second))
+		}, ""},
+		{"writes used up", func() stop {
+			return beforeCall(state(func(s *events.RunState) { s.ToolCalls, s.WriteActions = 2, 2 }), limits, draft, now, now.Add(time.Second))
+		}, events.ReasonMaxToolCalls},
+		{"writes used up, a read left", func() stop {
+			return beforeCall(state(func(s *events.RunState) { s.ToolCalls, s.WriteActions = 2, 2 }), limits, tools.Manifest{Name: "other", Permission: tools.Read}, now, now.Add(time.Second))
+		}, ""},
+		{"limits of a run started before the write bound", func() stop {
+			old := limits
+			old.MaxWriteActions = 0
+			return beforeCall(state(func(s *events.RunState) { s.ToolCalls, s.WriteActions = 2, 2 }), old, draft, now, now.Add(time.Second))
 		}, ""},
 		{"deadline reached before a call", func() stop { return beforeCall(state(nil), limits, lookup, now.Add(time.Second), now) }, events.ReasonDeadline},
 		{"corrections within bound", func() stop {
