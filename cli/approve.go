@@ -102,14 +102,14 @@ func decide(ctx context.Context, e env, verb string, args []string) int {
 	defer nc.Close()
 	store, err := openApprovals(ctx, js)
 	if err != nil {
-		return fail(e, "%s: %v\n%s", verb, err, nothingSent)
+		return fail(e, "%s: %v\n%s", verb, cmp.Or(refusal(nc, err), err), nothingSent)
 	}
 	entry, _, err := store.Get(ctx, runID, callID)
 	if errors.Is(err, approvals.ErrNotFound) {
 		return fail(e, "%s: run %s call %s has no approval request; `loopgate pending` lists the calls waiting for a human", verb, runID, callID)
 	}
 	if err != nil {
-		return fail(e, "%s: read the question: %v\n%s", verb, err, nothingSent)
+		return fail(e, "%s: read the question: %v\n%s", verb, cmp.Or(refusal(nc, err), err), nothingSent)
 	}
 	if !entry.Pending() {
 		when := ""
@@ -167,7 +167,7 @@ func decide(ctx context.Context, e env, verb string, args []string) int {
 	// Signed after the confirmation, so signed_at is when it was sent.
 	subject, seq, signedBy, err := sendDecision(ctx, js, entry.Tenant, msg, key, "")
 	if err != nil {
-		return fail(e, "%s: %v", verb, err)
+		return fail(e, "%s: %v", verb, cmp.Or(refusal(nc, err), err))
 	}
 	if signedBy != "" {
 		signedBy = ", signed by " + signedBy

@@ -65,15 +65,15 @@ func runAudit(ctx context.Context, e env, args []string) int {
 		// be queued still), but not in silence: it may be a typo, or
 		// another tenant's run under --tenant.
 		if _, ok, err := j.LastOn(ctx, filter); err != nil {
-			return fail(e, "read run %s: %v", runID, err)
+			return fail(e, "read run %s: %v", runID, cmp.Or(refusal(nc, err), err))
 		} else if !ok {
 			fmt.Fprintf(e.stderr, "run %s has no events yet (a task still queued, or a wrong run id or --tenant); waiting for them\n", runID)
 		}
-		return follow(ctx, e, j, runID, filter, *asJSON, *natsURL, 0)
+		return follow(ctx, e, j, followed{runID: runID, filter: filter, asJSON: *asJSON, natsURL: *natsURL, summary: true})
 	}
 	evs, err := j.Replay(ctx, filter)
 	if err != nil {
-		return fail(e, "read run %s: %v", runID, err)
+		return fail(e, "read run %s: %v", runID, cmp.Or(refusal(nc, err), err))
 	}
 	if len(evs) == 0 {
 		return fail(e, "run %s has no events", runID)

@@ -158,9 +158,12 @@ func runDemo(ctx context.Context, e env, args []string) int {
 			fmt.Fprintf(e.stdout, "note: the answer claims %d drafts and the outbox holds %d: a final answer is the model's word, the trail above is what happened\n",
 				len(finished.Final.DraftsCreated), n)
 		}
-		fmt.Fprintf(e.stdout, "\nreplay it any time: loopgate audit %s (against a serve on the same data)\n", runID)
 		if *keep {
+			fmt.Fprintf(e.stdout, "\nreplay it any time: loopgate serve --data %s, then loopgate audit %s\n", dir, runID)
 			fmt.Fprintf(e.stdout, "data kept in %s\n", dir)
+		} else {
+			// The data goes with the demo: say how to keep it.
+			fmt.Fprintf(e.stdout, "\nto replay it later, run the demo with --keep: its data is removed now\n")
 		}
 	}
 	if want := expectedReason[sc.Name]; want != "" && finished.Reason != want {

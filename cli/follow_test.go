@@ -56,7 +56,7 @@ func TestAFollowThatEndsFirstSaysTheRunGoesOn(t *testing.T) {
 	} {
 		ctx, cancel := tc.ctx()
 		var stdout, stderr bytes.Buffer
-		code := follow(ctx, env{stdout: &stdout, stderr: &stderr}, srv.Journal, runID, events.RunFilter("cityops", runID), false, "nats://127.0.0.1:4333", tc.timeout)
+		code := follow(ctx, env{stdout: &stdout, stderr: &stderr}, srv.Journal, followed{runID: runID, filter: events.RunFilter("cityops", runID), natsURL: "nats://127.0.0.1:4333", timeout: tc.timeout})
 		cancel()
 		hint := "loopgate audit " + runID + " --follow --nats nats://127.0.0.1:4333"
 		if code != exitUnfinished || !strings.Contains(stderr.String(), tc.want) || !strings.Contains(stderr.String(), "goes on") ||

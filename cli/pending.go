@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"flag"
@@ -41,11 +42,11 @@ func runPending(ctx context.Context, e env, args []string) int {
 	defer nc.Close()
 	store, err := openApprovals(ctx, js)
 	if err != nil {
-		return fail(e, "pending: %v", err)
+		return fail(e, "pending: %v", cmp.Or(refusal(nc, err), err))
 	}
 	entries, err := store.Pending(ctx, *tenant)
 	if err != nil {
-		return fail(e, "pending: %v", err)
+		return fail(e, "pending: %v", cmp.Or(refusal(nc, err), err))
 	}
 	if *asJSON {
 		for _, ent := range entries {

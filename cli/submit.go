@@ -111,7 +111,7 @@ func runSubmit(ctx context.Context, e env, args []string) int {
 		}
 		fmt.Fprintf(e.stdout, "submitted task %s as run %s%s\n\n", task.TaskID, runID, dup)
 	}
-	return follow(ctx, e, j, runID, events.RunFilter(task.Tenant, runID), *asJSON, *natsURL, *timeout)
+	return follow(ctx, e, j, followed{runID: runID, filter: events.RunFilter(task.Tenant, runID), asJSON: *asJSON, natsURL: *natsURL, timeout: *timeout})
 }
 
 // taskMsgID is a task's Nats-Msg-Id: its tenant and task id. JetStream
@@ -121,26 +121,45 @@ func runSubmit(ctx context.Context, e env, args []string) int {
 // holds a '/', so no two tasks share one.
 func taskMsgID(tenant, taskID string) string { return tenant + "/" + taskID }
 
+// followed is what follow follows and how.
+type followed struct {
+	runID, filter string
+	asJSON        bool
+	natsURL       string // named in hints
+	// timeout is what bounds the follow's context (0: nothing does),
+	// named when it ends the follow first.
+	timeout time.Duration
+	// summary: the end is followed, as audit's, by each gated call's
+	// story and where the run's time went.
+	summary bool
+}
+
 // follow prints a run's events until it finishes or is rejected, and
 // returns the exit code its end deserves. When the run parks it says how
 // to answer what it waits for (on stderr with asJSON), and keeps
-// following: the run goes on once someone decides. timeout is what
-// bounds ctx (0: nothing does), named when it ends the follow first.
-func follow(ctx context.Context, e env, j *journal.Journal, runID, filter string, asJSON bool, natsURL string, timeout time.Duration) int {
-	tl := &timeline{w: e.stdout, asJSON: asJSON, width: 160, hints: e.stdout, natsURL: natsURL}
-	if asJSON {
+// following: the run goes on once someone decides.
+func follow(ctx context.Context, e env, j *journal.Journal, f followed) int {
+	tl := &timeline{w: e.stdout, asJSON: f.asJSON, width: 160, hints: e.stdout, natsURL: f.natsURL}
+	if f.asJSON {
 		tl.hints = e.stderr
 	}
-	for ev, err := range j.Watch(ctx, filter) {
+	var seen []events.Event
+	for ev, err := range j.Watch(ctx, f.filter) {
 		if err != nil {
 			return fail(e, "follow run: %v", err)
 		}
 		tl.print(ev)
+		if f.summary {
+			seen = append(seen, ev)
+		}
 		switch ev.Type {
 		case events.TypeRejected:
 			return exitRejected
 		case events.TypeFinished:
 			tl.end(ev)
+			if f.summary && !f.asJSON {
+				summarize(e.stdout, seen, time.Now())
+			}
 			var d events.FinishedData
 			if ev.Decode(&d) == nil && d.Reason == events.ReasonDone {
 				return exitOK
@@ -149,7 +168,7 @@ func follow(ctx context.Context, e env, j *journal.Journal, runID, filter string
 		}
 	}
 	if ctx.Err() != nil {
-		return stoppedFollowing(e, ctx.Err(), runID, natsURL, timeout)
+		return stoppedFollowing(e, ctx.Err(), f.runID, f.natsURL, f.timeout)
 	}
 	return fail(e, "follow run: the watch ended before the run did")
 }
