@@ -10,6 +10,7 @@ import (
 
 	"github.com/loopgate/loopgate/approvals"
 	"github.com/loopgate/loopgate/events"
+	"github.com/loopgate/loopgate/internal/natsconn"
 )
 
 // pendingJSON is one pending entry as `loopgate pending --json` prints it:
@@ -80,7 +81,7 @@ func natsFlag(natsURL string) string {
 	if natsURL == "" || natsURL == defaultNATS {
 		return ""
 	}
-	return " --nats " + natsURL
+	return " --nats " + natsconn.RedactedURLs(natsURL) // a password in it is the user's to type again
 }
 
 // decideHint is the command that answers q. The client cannot see the

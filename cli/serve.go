@@ -14,6 +14,7 @@ import (
 
 	"github.com/loopgate/loopgate/config"
 	"github.com/loopgate/loopgate/examples/cityops"
+	"github.com/loopgate/loopgate/internal/natsconn"
 	"github.com/loopgate/loopgate/journal"
 	"github.com/loopgate/loopgate/natsd"
 )
@@ -64,6 +65,23 @@ func (f *serveFlags) parse(fs *flag.FlagSet, e env, args []string) (code int, ok
 	}
 	f.set = map[string]bool{}
 	fs.Visit(func(fl *flag.Flag) { f.set[fl.Name] = true })
+	if f.set["nats"] {
+		// nats.Connect takes a list with no URL in it for the default
+		// 127.0.0.1:4222, and an empty --nats (an unset "$NATS") would
+		// embed a server with a store of its own: neither is what was
+		// asked.
+		var urls []string
+		for u := range strings.SplitSeq(f.natsURL, ",") {
+			if u = strings.TrimSpace(u); u != "" {
+				urls = append(urls, u)
+			}
+		}
+		if len(urls) == 0 {
+			fmt.Fprintf(e.stderr, "loopgate: --nats %q names no URL: give the servers to join, comma-separated, or leave --nats out to embed one (serve)\n", f.natsURL)
+			return exitError, false
+		}
+		f.natsURL = strings.Join(urls, ",")
+	}
 	return 0, true
 }
 
@@ -203,10 +221,16 @@ func serve(ctx context.Context, e env, f serveFlags, workerOnly bool) int {
 		}
 	}
 	s, err := startStack(ctx, o)
+	if err != nil && ctx.Err() != nil {
+		// Stopped (SIGTERM, SIGINT) while it waited for its servers: a
+		// clean stop, not a failure for a supervisor to report.
+		log.Info("stopped before serving", "while", err)
+		return exitOK
+	}
 	if err != nil {
 		return fail(e, "%v", err)
 	}
-	where := f.natsURL
+	where := natsconn.RedactedURLs(f.natsURL)
 	if s.srv != nil {
 		where = s.srv.ClientURL()
 	}

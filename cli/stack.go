@@ -323,7 +323,7 @@ func connect(ctx context.Context, url string, extra ...nats.Option) (*nats.Conn,
 	opts = append(opts, natsconn.Pings()...)
 	nc, err := nats.Connect(url, append(opts, extra...)...)
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("connect to %s: %w", url, err)
+		return nil, nil, nil, fmt.Errorf("connect to %s: %w", natsconn.RedactedURLs(url), err)
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {
@@ -337,7 +337,7 @@ func connect(ctx context.Context, url string, extra ...nats.Option) (*nats.Conn,
 		if refused != nil {
 			return nil, nil, nil, refused
 		}
-		return nil, nil, nil, fmt.Errorf("is loopgate running against %s? %w", url, err)
+		return nil, nil, nil, fmt.Errorf("is loopgate running against %s? %w", natsconn.RedactedURLs(url), err)
 	}
 	return nc, js, j, nil
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 
+	"github.com/loopgate/loopgate/internal/natsconn"
 	"github.com/loopgate/loopgate/tools"
 	"github.com/loopgate/loopgate/toolsvc"
 )
@@ -50,7 +51,7 @@ func runTools(ctx context.Context, e env, args []string) int {
 	}
 	nc, err := nats.Connect(*natsURL, append(opts, nats.Name("loopgate-tools"), nats.Timeout(5*time.Second))...)
 	if err != nil {
-		return fail(e, "connect to %s: %v", *natsURL, err)
+		return fail(e, "connect to %s: %v", natsconn.RedactedURLs(*natsURL), err)
 	}
 	defer nc.Close()
 	infos, err := discover(ctx, nc, *wait)

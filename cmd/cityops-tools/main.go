@@ -70,7 +70,9 @@ func main() {
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("cityops-tools", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	natsURL := fs.String("nats", cmp.Or(getenv("NATS_URL"), nats.DefaultURL), "NATS URL(s), comma-separated (default $NATS_URL or "+nats.DefaultURL+")")
+	// No default value in the flag: the usage text prints defaults, and
+	// $NATS_URL may carry a password.
+	natsURL := fs.String("nats", "", "NATS URL(s), comma-separated (default $NATS_URL or "+nats.DefaultURL+")")
 	outbox := fs.String("outbox", "./cityops-outbox", "directory draft_escalation writes drafts to")
 	prefix := fs.String("prefix", "cityops.tools", "subject prefix: each tool answers on <prefix>.<tool>")
 	queue := fs.String("queue", "", `queue group of every endpoint (default "q", micro's default)`)
@@ -84,6 +86,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		}
 		return 2
 	}
+	*natsURL = cmp.Or(*natsURL, getenv("NATS_URL"), nats.DefaultURL)
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
 		fmt.Fprintf(stderr, "cityops-tools: --log-level: %v\n", err)
@@ -114,7 +117,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	// leave every call to its tools to time out until its pings noticed.
 	nc, err := nats.Connect(*natsURL, append(natsconn.Liveness(log), nats.Name("cityops-tools"), nats.MaxReconnects(-1))...)
 	if err != nil {
-		fmt.Fprintf(stderr, "cityops-tools: connect to %s: %v\n", *natsURL, err)
+		fmt.Fprintf(stderr, "cityops-tools: connect to %s: %v\n", natsconn.RedactedURLs(*natsURL), err)
 		return 1
 	}
 	defer nc.Close()

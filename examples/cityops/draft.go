@@ -99,6 +99,12 @@ func (ts *toolset) draftEscalation(ctx context.Context, call tools.Call) (any, e
 	lock := ts.draftLock(name)
 	lock.Lock()
 	defer lock.Unlock()
+	// Past its deadline loopgate stops waiting and asks draft_status,
+	// which takes this lock too: a draft not begun by then is not
+	// written, so the answer it got stays true.
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("%s: operation %s: %w", call.Tool, call.OperationID, err)
+	}
 	// No look for the draft first: writeOnce finds one that is there (a
 	// retry), and a first write, by far the common case, saves a system call.
 	have, err := writeOnce(ts.opts.Outbox, name, content)

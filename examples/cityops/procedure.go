@@ -32,8 +32,10 @@ type procedureMiss struct {
 	Topics []string `json:"topics"`
 }
 
-// getProcedure is the get_procedure tool. Topics match case-insensitively
-// and ignoring surrounding space.
+// getProcedure is the get_procedure tool. Topics match ignoring ASCII case
+// and surrounding ASCII space, and nothing else: the Node.js service of the
+// same tool (examples/node-tool) must give the same answers, and Go's and
+// JavaScript's Unicode case and space rules differ ("İ", U+0085, U+FEFF).
 func (ts *toolset) getProcedure(_ context.Context, call tools.Call) (any, error) {
 	var a procedureArgs
 	if err := decodeStrict(call.Args, &a); err != nil {
@@ -42,10 +44,24 @@ func (ts *toolset) getProcedure(_ context.Context, call tools.Call) (any, error)
 	if n := utf8.RuneCountInString(a.Topic); n < 1 || n > maxTopicLen {
 		return nil, fmt.Errorf("%s: %w: topic must be 1..%d characters", call.Tool, errInvalidArgs, maxTopicLen)
 	}
-	topic := strings.ToLower(strings.TrimSpace(a.Topic))
+	topic := asciiLower(strings.Trim(a.Topic, asciiSpace))
 	p, ok := ts.data.procedures[topic]
 	if !ok {
 		return procedureMiss{Topic: a.Topic, Found: false, Topics: slices.Clone(ts.data.topics)}, nil
 	}
 	return procedureResult{Topic: topic, Procedure: p.text()}, nil
+}
+
+// asciiSpace is the white space a topic is trimmed of.
+const asciiSpace = " \t\n\v\f\r"
+
+// asciiLower lower-cases the ASCII letters of s, and only those.
+func asciiLower(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if 'A' <= c && c <= 'Z' {
+			b[i] = c + 'a' - 'A'
+		}
+	}
+	return string(b)
 }

@@ -46,7 +46,15 @@ func (ts *toolset) draftStatus(ctx context.Context, call tools.Call) (any, error
 		return nil, err
 	}
 	name := draftName(a.OperationID)
+	// A draft of the operation being written (its call past its deadline,
+	// still in writeOnce) is waited for: read now, it would be "not
+	// applied" and land a moment later. The write takes as long as its
+	// fsync; one not begun yet will not begin (draftEscalation checks its
+	// deadline under the lock).
+	lock := ts.draftLock(name)
+	lock.Lock()
 	body, err := os.ReadFile(filepath.Join(ts.opts.Outbox, name))
+	lock.Unlock()
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return statusAnswer{Applied: false}, nil

@@ -129,7 +129,9 @@ function getProcedure(call) {
   if (keys.some((k) => k !== 'topic') || typeof topic !== 'string' || [...topic].length < 1 || [...topic].length > 64) {
     throw new ToolError(400, 'bad request: want {"topic": "<1..64 characters>"}');
   }
-  const key = topic.trim().toLowerCase();
+  // ASCII case and space only, as the Go service: JavaScript's Unicode
+  // rules differ from Go's ("İ", U+0085, U+FEFF).
+  const key = topic.replace(/^[ \t\n\v\f\r]+|[ \t\n\v\f\r]+$/g, '').replace(/[A-Z]/g, (c) => c.toLowerCase());
   const p = handbook[key];
   if (!p) return { topic, found: false, topics };
   return { topic: key, procedure: [p.title, ...p.steps.map((s, i) => `${i + 1}. ${s}`)].join('\n') };

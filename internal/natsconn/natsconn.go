@@ -5,6 +5,8 @@ package natsconn
 
 import (
 	"log/slog"
+	"net/url"
+	"strings"
 	"sync"
 	"time"
 
@@ -66,4 +68,35 @@ func Liveness(log *slog.Logger) []nats.Option {
 			log.Info("nats: reconnected", "server", nc.ConnectedUrlRedacted())
 		}),
 	)
+}
+
+// RedactedURLs returns list, NATS URLs separated by commas as nats.Connect
+// takes them, with the credentials of each replaced by "xxxxx": a
+// password, or the token of a URL with a user part only. An error about
+// a connection that failed names its URLs, and the URL given with
+// --nats or $NATS_URL may well carry them.
+func RedactedURLs(list string) string {
+	parts := strings.Split(list, ",")
+	for i, p := range parts {
+		s := strings.TrimSpace(p)
+		if !strings.Contains(s, "://") {
+			s = "nats://" + s // as nats.Connect reads a bare host:port
+		}
+		u, err := url.Parse(s)
+		switch {
+		case err != nil:
+			if strings.Contains(p, "@") {
+				parts[i] = "(a URL that does not parse, credentials hidden)"
+			}
+		case u.User == nil:
+		default:
+			if _, has := u.User.Password(); has {
+				u.User = url.UserPassword(u.User.Username(), "xxxxx")
+			} else {
+				u.User = url.User("xxxxx")
+			}
+			parts[i] = u.String()
+		}
+	}
+	return strings.Join(parts, ",")
 }
