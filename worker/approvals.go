@@ -653,11 +653,15 @@ func (p *Pool) decide(ctx context.Context, msg approvalMsg) (outcome, string) {
 		return reject(approvals.RejectNotPending, fmt.Sprintf("this message was sent before round %d of the question was asked (approvals seq %d, the round asked after seq %d): it answered an earlier round; send a decision again to answer this one",
 			entry.Round, seq, entry.AskedAfterSeq), m, nil)
 	}
-	if m.Signature != "" && entry.Pending() {
+	key := p.app.Policy.Approvers[m.Approver.ID].PublicKey
+	if m.Signature != "" && entry.Pending() && key != "" && approvals.VerifySignature(*m, key) == nil {
 		// A signature binds run, call, arguments and decision, not the
 		// round: a copy of a signed retry sent for round 1, published
 		// again while round 2 waits, would run the write once more with
-		// no human asked.
+		// no human asked. Only a signature that verifies makes a copy: a
+		// handled message's signature lifted onto other bytes used to be
+		// recorded as a harmless copy; it is a forgery, and Check says
+		// bad_signature.
 		earlier, err := p.handledSignature(ctx, evs, callID, m.Signature, seq)
 		switch {
 		case err != nil:
@@ -675,7 +679,7 @@ func (p *Pool) decide(ctx context.Context, msg approvalMsg) (outcome, string) {
 		// approver id, never one the message brings; freshness is judged
 		// against the server's receipt time, which no publisher sets.
 		RequireSignature: p.app.Policy.RequireSignatures,
-		PublicKey:        p.app.Policy.Approvers[m.Approver.ID].PublicKey,
+		PublicKey:        key,
 		MaxAge:           p.app.Policy.ApprovalMaxAge.D(),
 		Received:         msg.received,
 	}, p.now())
