@@ -22,7 +22,7 @@ func TestAnInvalidDecisionWithRepeatedNamesIsStoredAsText(t *testing.T) {
 	t.Parallel()
 	const answer = `{"final_answer":{"summary":"a"},"final_answer":{"summary":"b"}}`
 	b := setup(t, options{
-		agents: map[string]config.Profile{"dup": profile()},
+		agents:  map[string]config.Profile{"dup": profile()},
 		scripts: map[string]model.Model{"dup": scripted(t, answer, `{"final_answer":{"summary":"done"}}`)},
 	})
 	evs := b.waitEnd(b.submit(task("dup-decision-1", "dup")))
