@@ -186,7 +186,7 @@ func (p Policy) arrived(now time.Time) time.Time {
 // so that nothing a forged message claims is judged; then what it says is.
 func Check(msg Message, e Entry, p Policy, now time.Time) (class, detail string) {
 	if !e.Pending() {
-		return RejectNotPending, "already decided: " + string(e.Decision) + " by " + e.DecidedBy
+		return RejectNotPending, NotPendingDetail(e)
 	}
 	if class, detail := authenticate(msg, p, now); class != "" {
 		return class, detail
@@ -218,4 +218,19 @@ func Check(msg Message, e Entry, p Policy, now time.Time) (class, detail string)
 func samePrincipal(a, b string) bool {
 	canon := func(s string) string { return norm.NFKC.String(strings.TrimSpace(s)) }
 	return strings.EqualFold(canon(a), canon(b))
+}
+
+// NotPendingDetail says how e, no longer pending, was settled: by whom
+// when a person decided it ("already decided: approve by sup@cityops"),
+// and without a name when nobody did (an expired question, a withdrawn
+// one: the detail used to end in "by " and nothing).
+func NotPendingDetail(e Entry) string {
+	what := string(e.Decision)
+	if e.State == StateWithdrawn {
+		what = "withdrawn, its run ended unanswered"
+	}
+	if e.DecidedBy == "" {
+		return "already decided: " + what
+	}
+	return "already decided: " + what + " by " + e.DecidedBy
 }

@@ -718,7 +718,7 @@ func (p *Pool) decide(ctx context.Context, msg approvalMsg) (outcome, string) {
 				// not_pending by itself). Decide again from fresh reads.
 				return again, ""
 			}
-			return reject(approvals.RejectNotPending, "already decided: "+string(cur.Decision)+" by "+cur.DecidedBy, m, nil)
+			return reject(approvals.RejectNotPending, approvals.NotPendingDetail(cur), m, nil)
 		}
 		return failedOn(err)
 	}
