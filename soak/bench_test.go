@@ -97,7 +97,7 @@ func TestBenchUnderKills(t *testing.T) {
 		len(rep.Problems)+len(rep.Lost)+len(rep.Stuck)+len(rep.Refused) > 0 {
 		t.Errorf("bench exited %d: problems %v, lost %v, stuck %v, refused %v", code, rep.Problems, rep.Lost, rep.Stuck, rep.Refused)
 	}
-	if ov := checkOutbox(t, outbox, watch, 3*benchRuns); len(ov.problems) > 0 {
+	if ov := checkOutbox(t, outbox, watch, 3*benchRuns, 0); len(ov.problems) > 0 {
 		t.Errorf("outbox: %d drafts: %s", ov.drafts, strings.Join(ov.problems, "; "))
 	}
 }

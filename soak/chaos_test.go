@@ -145,7 +145,7 @@ func TestRandomKillsUnderLoad(t *testing.T) {
 
 	v := verifyRuns(ctx, t, js, outbox, runIDs)
 	problems, notables, totalEvents := v.problems, v.notables, v.events
-	ov := checkOutbox(t, outbox, watch, 3*chaosRuns)
+	ov := checkOutbox(t, outbox, watch, 3*chaosRuns, 0)
 	problems = append(problems, ov.problems...)
 	problems = append(problems, ap.trouble()...)
 	listing := checkRunsCommand(ctx, t, urls, runIDs)

@@ -303,7 +303,7 @@ func TestClusterSurvivesANodeAndAWorker(t *testing.T) {
 	v := verifyRuns(ctx, t, js, outbox, runIDs)
 	problems, reasons, notables, totalEvents := v.problems, v.reasons, v.notables, v.events
 	extraEvents := totalEvents - clusterRuns*happyEvents
-	ov := checkOutbox(t, outbox, watch, 3*clusterRuns)
+	ov := checkOutbox(t, outbox, watch, 3*clusterRuns, 0)
 	problems = append(problems, ov.problems...)
 	problems = append(problems, ap.trouble()...)
 	listing := checkRunsCommand(ctx, t, urls, runIDs)

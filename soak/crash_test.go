@@ -19,7 +19,8 @@ import (
 const crashExitCode = 86
 
 // crashCase is one crash point, armed either from the task's start or
-// only once the run reaches its first draft.
+// only once the run reaches its first draft, and maybe a second point,
+// armed in the worker that recovers from the first crash.
 type crashCase struct {
 	point string
 	// atDraft: an unarmed worker runs the task until it parks on the
@@ -27,28 +28,56 @@ type crashCase struct {
 	// the approval, so the point fires on the write path (the first
 	// executing, executed and observed it reaches are the draft's).
 	atDraft bool
+	// then: the worker started after the first crash is armed at this
+	// point, so it crashes during the recovery (the first executed it
+	// appends is the lost attempt's end, the first reconciled the
+	// reconcile of that attempt); a fresh worker finishes the run.
+	then string
 }
 
 func (c crashCase) String() string {
+	s := c.point
 	if c.atDraft {
-		return c.point + " @draft"
+		s += " @draft"
 	}
-	return c.point
+	if c.then != "" {
+		s += " then " + c.then
+	}
+	return s
+}
+
+// name is the case's sub-test name.
+func (c crashCase) name() string {
+	n := strings.ReplaceAll(c.point, ":", "_")
+	if c.atDraft {
+		n += "_at_draft"
+	}
+	if c.then != "" {
+		n += "_then_" + strings.ReplaceAll(c.then, ":", "_")
+	}
+	return n
 }
 
 // crashCases are the points of LOOPGATE_CRASH_AT, in the order a happy
-// run reaches them: before its run is read (before:load), before and after the append of each event type the
-// worker writes (approved is appended by the approvals consumer of the
-// same process; before:decision is where it has checked an approval and
-// not yet written the decision to the approval's entry; after:approved is
-// also where it has recorded a decision and not yet published the
-// wake-up), and the four points inside a
-// write: its deadline checked and its operation not yet claimed, claimed
-// with its tool not started, between the tool's side effect and its
-// record, and recorded with no executed event. A point fires the first
-// time the process reaches it: for executing, executed and observed that
-// is the first read (get_procedure), so those are run a second time armed
-// at the first draft, to crash around the write itself.
+// run reaches them: before its run is read (before:load), before and
+// after the append of each event type the worker writes (approved is
+// appended by the approvals consumer of the same process;
+// deliver:approval is where that consumer has been handed an approval
+// message and not yet queued it; before:decision is where it has checked
+// an approval and not yet written the decision to the approval's entry;
+// after:approved is also where it has recorded a decision and not yet
+// published the wake-up), and the four points inside a write: its
+// deadline checked and its operation not yet claimed, claimed with its
+// tool not started, between the tool's side effect and its record, and
+// recorded with no executed event. A point fires the first time the
+// process reaches it: for executing, executed and observed that is the
+// first read (get_procedure), so those are run a second time armed at
+// the first draft, to crash around the write itself. Last, a second
+// crash during the recovery from a crash inside the first draft's write:
+// around the executed event that ends the lost attempt (unknown) and
+// around the reconciled event that settles it, once with the draft
+// written (after:side_effect: reconciled applied) and once without
+// (before:side_effect: not applied, so the write is run again).
 func crashCases() []crashCase {
 	var cases []crashCase
 	add := func(points ...string) {
@@ -63,7 +92,8 @@ func crashCases() []crashCase {
 	} {
 		add("before:"+string(typ), "after:"+string(typ))
 		if typ == events.TypeParked {
-			add("before:decision") // in the approvals consumer, before the entry's compare-and-set
+			add("deliver:approval") // in the approvals consumer, the message not yet queued in its lane
+			add("before:decision")  // in the approvals consumer, before the entry's compare-and-set
 		}
 	}
 	add("before:claim", "before:side_effect", "after:side_effect", "after:idempotency_record")
@@ -71,6 +101,10 @@ func crashCases() []crashCase {
 		cases = append(cases, crashCase{point: "before:" + string(typ), atDraft: true}, crashCase{point: "after:" + string(typ), atDraft: true})
 	}
 	add("before:"+string(events.TypeFinished), "after:"+string(events.TypeFinished))
+	for _, then := range []string{"before:executed", "after:executed", "before:reconciled", "after:reconciled"} {
+		cases = append(cases, crashCase{point: "after:side_effect", atDraft: true, then: then})
+	}
+	cases = append(cases, crashCase{point: "before:side_effect", atDraft: true, then: "after:reconciled"})
 	return cases
 }
 
@@ -149,8 +183,8 @@ func checkLoneRun(ctx context.Context, t *testing.T, js jetstream.JetStream, ap 
 type crashRow struct {
 	point     string
 	outcome   string
-	crashedIn time.Duration // from the task's publish to the exit
-	doneIn    time.Duration // from the crash (or the publish) to finished
+	crashedIn time.Duration // from the task's publish (or the approval's release) to the first exit
+	doneIn    time.Duration // from the last crash (or the publish) to finished
 	events    int
 	naks      int // deliveries handed back ("run interrupted") by the workers
 	notables  []string
@@ -160,10 +194,12 @@ type crashRow struct {
 // TestCrashAtEveryPoint runs the CityOps happy path in a worker process
 // that kills itself at one crash point, then in a fresh worker process,
 // for every point in turn, against one real nats-server (TCP, file store,
-// sync_interval always). For each it asserts that the run finishes done
-// with its three drafts, its events gapless, and no operation executed
-// twice (from the events, the idempotency records and inotify on the
-// outbox).
+// sync_interval always); for the recovery points, the worker between the
+// two kills itself at the second point. For each it asserts that every
+// armed worker crashed at its point (a run that finishes without the
+// crash fails: the case tests nothing), that the run finishes done with
+// its three drafts, its events gapless, and no operation executed twice
+// (from the events, the idempotency records and inotify on the outbox).
 func TestCrashAtEveryPoint(t *testing.T) {
 	base := t.TempDir()
 	srv, err := natsd.Start(natsd.Config{StoreDir: filepath.Join(base, "jetstream"), SyncInterval: natsd.SyncAlways})
@@ -197,10 +233,7 @@ func crashAtEveryPoint(t *testing.T, base string, urls []string, replicas int) {
 	for i, cc := range crashCases() {
 		point := cc.point
 		row := &crashRow{point: cc.String()}
-		name := strings.ReplaceAll(point, ":", "_")
-		if cc.atDraft {
-			name += "_at_draft"
-		}
+		name := cc.name()
 		ok := t.Run(name, func(t *testing.T) {
 			rows = append(rows, row)
 			data := filepath.Join(base, fmt.Sprintf("point-%02d", i))
@@ -244,36 +277,38 @@ func crashAtEveryPoint(t *testing.T, base string, urls []string, replicas int) {
 			}
 			t.Logf("point %s: task %s, run %s", cc, taskID, runID)
 
+			// Each armed worker must crash at its point: one that finishes
+			// the run instead has tested nothing (its hook call gone, or
+			// the run no longer passing there), and used to pass.
 			w2 := w1
 			crashedAt := began
-			select {
-			case <-w1.done:
-			case <-ap.finished(runID):
-				// A crash right after the finished event races with the
-				// approver seeing it: give the process a moment to die.
-				select {
-				case <-w1.done:
-				case <-time.After(3 * time.Second):
-				}
-			case <-ap.troubled:
-				t.Fatalf("approver: %v; log %s:\n%s", ap.trouble(), w1.logPath, tail(w1.logPath, 30))
-			case <-time.After(90 * time.Second):
-				row.outcome = "stuck"
-				t.Fatalf("the armed worker neither crashed nor finished the run in 90s; log %s:\n%s", w1.logPath, tail(w1.logPath, 30))
-			}
-			if w1.exited() {
+			procs := []*proc{w1}
+			if !crashed(t, ap, runID, w1, row) {
+				row.outcome = "not reached"
+				t.Errorf("the armed worker finished the run without reaching %s", point)
+			} else {
 				crashedAt = w1.exitTime()
 				row.crashedIn = crashedAt.Sub(began)
-				if code := w1.code(); code != crashExitCode {
-					row.outcome = fmt.Sprintf("exit %d", code)
-					t.Fatalf("armed worker exited %d, not %d; log %s:\n%s", code, crashExitCode, w1.logPath, tail(w1.logPath, 30))
-				}
 				row.outcome = "crashed"
-				fresh := opts
-				fresh.name = fmt.Sprintf("%02d-fresh", i)
-				w2 = startWorker(t, fresh)
-			} else {
-				row.outcome = "not reached"
+				if cc.then != "" {
+					again := opts
+					again.name, again.crashAt = fmt.Sprintf("%02d-armed-again-%s", i, name), cc.then
+					w2 = startWorker(t, again)
+					procs = append(procs, w2)
+					if !crashed(t, ap, runID, w2, row) {
+						row.outcome = "crashed, then not reached"
+						t.Errorf("the worker armed at %s recovered the run from the crash at %s without reaching it", cc.then, point)
+					} else {
+						crashedAt = w2.exitTime()
+						row.outcome = "crashed twice"
+					}
+				}
+				if w2.exited() {
+					fresh := opts
+					fresh.name = fmt.Sprintf("%02d-fresh", i)
+					w2 = startWorker(t, fresh)
+					procs = append(procs, w2)
+				}
 			}
 
 			select {
@@ -290,9 +325,8 @@ func crashAtEveryPoint(t *testing.T, base string, urls []string, replicas int) {
 			if err := waitDrained(ctx, js, 30*time.Second); err != nil {
 				t.Errorf("after the run finished: %v\n%s", err, diagnose(ctx, js, runID))
 			}
-			row.naks = len(grepLog(w2.logPath, `"msg":"run interrupted`))
-			if w2 != w1 {
-				row.naks += len(grepLog(w1.logPath, `"msg":"run interrupted`))
+			for _, w := range procs {
+				row.naks += len(grepLog(w.logPath, `"msg":"run interrupted`))
 			}
 			if code := w2.stop(30 * time.Second); code != 0 {
 				t.Errorf("worker %s exited %d on SIGTERM, want 0", w2.name, code)
@@ -312,9 +346,44 @@ func crashAtEveryPoint(t *testing.T, base string, urls []string, replicas int) {
 	}
 }
 
+// crashed waits until armed worker w exits with crashExitCode, and says
+// whether it did; false means the run finished and w lives on (its point
+// not reached). It fails t when w exits otherwise, gets stuck, or the
+// approver sees trouble.
+func crashed(t *testing.T, ap *approver, runID string, w *proc, row *crashRow) bool {
+	t.Helper()
+	select {
+	case <-w.done:
+	case <-ap.finished(runID):
+		// A crash right after the finished event races with the
+		// approver seeing it: give the process a moment to die.
+		select {
+		case <-w.done:
+		case <-time.After(3 * time.Second):
+		}
+	case <-ap.troubled:
+		t.Fatalf("approver: %v; log %s:\n%s", ap.trouble(), w.logPath, tail(w.logPath, 30))
+	case <-time.After(90 * time.Second):
+		row.outcome = "stuck"
+		t.Fatalf("armed worker %s neither crashed nor finished the run in 90s; log %s:\n%s", w.name, w.logPath, tail(w.logPath, 30))
+	}
+	if !w.exited() {
+		return false
+	}
+	if code := w.code(); code != crashExitCode {
+		row.outcome = fmt.Sprintf("exit %d", code)
+		t.Fatalf("armed worker %s exited %d, not %d; log %s:\n%s", w.name, code, crashExitCode, w.logPath, tail(w.logPath, 30))
+	}
+	return true
+}
+
 func printCrashTable(t *testing.T, rows []*crashRow) {
 	var b strings.Builder
-	fmt.Fprintf(&b, "\n%-33s %-22s %9s %9s %6s %5s  %s\n", "crash point", "outcome", "crash at", "done in", "events", "naks", "recovery events")
+	w := 33
+	for _, r := range rows {
+		w = max(w, len(r.point))
+	}
+	fmt.Fprintf(&b, "\n%-*s %-28s %9s %9s %6s %5s  %s\n", w, "crash point", "outcome", "crash at", "done in", "events", "naks", "recovery events")
 	for _, r := range rows {
 		verdict := r.outcome
 		if r.failed {
@@ -323,10 +392,10 @@ func printCrashTable(t *testing.T, rows []*crashRow) {
 			verdict += ", done"
 		}
 		crash := "-"
-		if r.outcome == "crashed" || strings.HasPrefix(r.outcome, "crashed") {
+		if strings.HasPrefix(r.outcome, "crashed") {
 			crash = r.crashedIn.Round(10 * time.Millisecond).String()
 		}
-		fmt.Fprintf(&b, "%-33s %-22s %9s %9s %6d %5d  %s\n", r.point, verdict, crash, r.doneIn.Round(10*time.Millisecond), r.events, r.naks, strings.Join(r.notables, "; "))
+		fmt.Fprintf(&b, "%-*s %-28s %9s %9s %6d %5d  %s\n", w, r.point, verdict, crash, r.doneIn.Round(10*time.Millisecond), r.events, r.naks, strings.Join(r.notables, "; "))
 	}
 	t.Log(b.String())
 }

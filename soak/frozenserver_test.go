@@ -133,7 +133,7 @@ func TestAFrozenServerIsLeft(t *testing.T) {
 
 	v := verifyRuns(ctx, t, js, outbox, runIDs)
 	problems := v.problems
-	ov := checkOutbox(t, outbox, watch, 3*clusterRuns)
+	ov := checkOutbox(t, outbox, watch, 3*clusterRuns, 0)
 	problems = append(problems, ov.problems...)
 	problems = append(problems, ap.trouble()...)
 	problems = append(problems, checkRunsCommand(ctx, t, live, runIDs).problems...)

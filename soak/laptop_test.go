@@ -97,7 +97,7 @@ func TestTheLaptopSurvivesKills(t *testing.T) {
 	// Checked while serve still runs: it holds the store.
 	v := verifyRuns(ctx, t, js, outbox, runIDs)
 	problems := v.problems
-	ov := checkOutbox(t, outbox, watch, 3*laptopRuns)
+	ov := checkOutbox(t, outbox, watch, 3*laptopRuns, 0)
 	problems = append(problems, ov.problems...)
 	problems = append(problems, ap.trouble()...)
 	for _, i := range []int{1, 0} { // the worker first: serve is its server

@@ -3,7 +3,8 @@
 // gapless from 1, unique UUID v7 event ids, each event on its run's
 // subject for its type with Nats-Msg-Id <run_id>/<seq>, started (or
 // rejected) first, one finished last, the events folding into a state,
-// and no call taking effect twice.
+// each end of a write closing an attempt its executing event began, and
+// no call taking effect twice.
 //
 // A Check reads one run's events one at a time, in stream order, so a
 // follower can check thousands of runs while they happen without keeping
@@ -55,6 +56,9 @@ type Call struct {
 	// unsettled: an attempt of the write began and nothing has said yet
 	// whether it took effect.
 	unsettled bool
+	// open: the attempts begun (executing) and not yet ended (executed),
+	// each with the operation id its executing event names.
+	open map[int]string
 }
 
 // TookEffect is how many times the events show the call's tool taking
@@ -190,10 +194,27 @@ func (c *Check) call(e Stored) {
 			c.bad("write %s (%s): attempt %d (event %d) began while an earlier attempt's outcome was unknown", e.CallID, call.Tool, d.Attempt, e.Seq)
 		}
 		call.unsettled = true
+		if call.open == nil {
+			call.open = map[int]string{}
+		}
+		call.open[d.Attempt] = d.OperationID
 	case events.TypeExecuted:
 		var d events.ExecutedData
 		if !decode(&d) {
 			return
+		}
+		// A write runs only once its executing event is stored: a crash
+		// inside the tool then leaves an attempt begun and not ended, an
+		// unknown outcome, not a write nobody knows of, which a resume
+		// would run again. So each of its ends closes an attempt its own
+		// executing began, of the same operation. Two ends have no
+		// attempt: a dry run's preview, and a call whose arguments a crash
+		// lost before it ran (args_lost).
+		op, begun := call.open[d.Attempt]
+		delete(call.open, d.Attempt)
+		if call.Write && d.Status != events.ExecDryRun && d.Status != events.ExecArgsLost && (!begun || op != d.OperationID) {
+			c.bad("write %s (%s): executed event %d (attempt %d, operation %s, %s) ends no attempt its executing event began: the tool ran with nothing on record",
+				e.CallID, call.Tool, e.Seq, d.Attempt, d.OperationID, d.Status)
 		}
 		// A timeout (a lost connection too) is an unknown outcome, as
 		// unknown is: the write may have taken effect.

@@ -225,7 +225,8 @@ func TestAWriteBegunAgainAfterItsOutcomeWasSettledIsFine(t *testing.T) {
 	settle := map[string]func(t *testing.T, like trail.Stored) []trail.Stored{
 		"deadline passed, not run": func(t *testing.T, like trail.Stored) []trail.Stored {
 			at := attempt(t, like, "s3c1", 1, events.ExecTransient)
-			at[1].Data = mustJSON(t, events.ExecutedData{Status: events.ExecTransient, ErrorClass: events.DeadlinePassed, Attempt: 1})
+			at[1].Data = mustJSON(t, events.ExecutedData{Status: events.ExecTransient, ErrorClass: events.DeadlinePassed,
+				OperationID: events.OperationID(like.RunID, "s3c1"), Attempt: 1})
 			return at
 		},
 		"reconciled, not applied": func(t *testing.T, like trail.Stored) []trail.Stored {

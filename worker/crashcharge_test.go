@@ -23,14 +23,39 @@ import (
 // its trail stays sound (trail.Check, as make soak and loopgate bench
 // check it). Found by review of budgets across restarts.
 
-// dieAt returns a crash hook that ends the worker at the nth passage of
-// point, once.
-func dieAt(point string, nth int32) func(string) {
-	var passed atomic.Int32
-	return func(p string) {
-		if p == point && passed.Add(1) == nth {
-			runtime.Goexit() // this worker is gone, its message unsettled
-		}
+// death is a crash hook (its hook method) that ends the worker at the
+// nth passage of point, once, and says whether it did.
+type death struct {
+	point  string
+	nth    int32
+	passed atomic.Int32
+	died   chan struct{} // closed as the worker dies
+}
+
+// dieAt returns a death at the nth passage of point.
+func dieAt(point string, nth int32) *death {
+	return &death{point: point, nth: nth, died: make(chan struct{})}
+}
+
+func (d *death) hook(p string) {
+	if p == d.point && d.passed.Add(1) == d.nth {
+		close(d.died)
+		runtime.Goexit() // this worker is gone, its message unsettled
+	}
+}
+
+// happened fails t unless the worker died at the point. A test whose
+// point the run never reached (the hook call gone, the path changed)
+// would otherwise check a run no crash touched, and pass. It waits a
+// little for the death: with a step's events stored together, the point
+// after a step's event comes only once the whole step is stored, the
+// run's end too when the step ends the run.
+func (d *death) happened(t *testing.T) {
+	t.Helper()
+	select {
+	case <-d.died:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("no worker died at passage %d of %s (passed %d times): the crash this test is about never happened", d.nth, d.point, d.passed.Load())
 	}
 }
 
@@ -67,16 +92,18 @@ func TestAnIdempotentWriteRunAgainAfterItsWorkerDiedLeavesASoundTrail(t *testing
 	})
 	m.Idempotent = true
 	m.Timeout = events.Duration(500 * time.Millisecond)
+	die := dieAt("after:side_effect", 1)
 	b := setup(t, options{
 		tools: []tools.Manifest{m}, builtins: fns, roles: writerRoles("create_ticket"),
 		agents:  map[string]config.Profile{"ticketer": profile("create_ticket")},
 		scripts: map[string]model.Model{"ticketer": scripted(t, `{"tool_calls":[{"tool":"create_ticket","args":{"n":1}}]}`, `{"final_answer":{"summary":"ok"}}`)},
-		crash:   dieAt("after:side_effect", 1),
+		crash:   die.hook,
 		layout:  journal.Layout{AckWait: 500 * time.Millisecond},
 		workers: 2,
 	})
 	runID := b.submit(task("idem-unknown-1", "ticketer"))
 	evs := b.waitEnd(runID)
+	die.happened(t)
 	assertTrail(t, evs, []string{
 		"started", "proposed", "validated:ok(create_ticket)",
 		"executing(create_ticket)", "executed:unknown(create_ticket)",
@@ -115,6 +142,7 @@ func TestARefusalOfArgumentsACrashLostIsNoCorrection(t *testing.T) {
 	var runs atomic.Int32
 	m, fns := sensitive(t, &runs)
 	const good = `{"tool_calls":[{"tool":"create_ticket","args":{"contact":"jane.roe@example.com"}}]}`
+	die := dieAt("after:proposed", 2)
 	b := setup(t, options{
 		tools: []tools.Manifest{m}, builtins: fns, roles: writerRoles("create_ticket"),
 		agents: map[string]config.Profile{"ticketer": {
@@ -124,12 +152,13 @@ func TestARefusalOfArgumentsACrashLostIsNoCorrection(t *testing.T) {
 		scripts: map[string]model.Model{"ticketer": scripted(t,
 			`{"tool_calls":[{"tool":"create_ticket","args":{}}]}`, // the model's own mistake
 			good, good, `{"final_answer":{"summary":"ok"}}`)},
-		crash:   dieAt("after:proposed", 2),
+		crash:   die.hook,
 		layout:  journal.Layout{AckWait: 500 * time.Millisecond},
 		workers: 2,
 	})
 	runID := b.submit(task("redacted-refusal-1", "ticketer"))
 	evs := b.waitEnd(runID)
+	die.happened(t)
 	if runs.Load() != 1 {
 		t.Errorf("the write ran %d times, want once", runs.Load())
 	}
@@ -175,6 +204,7 @@ func TestACallWhoseArgumentsACrashLostIsNoRepeat(t *testing.T) {
 	var runs atomic.Int32
 	m, fns := sensitive(t, &runs)
 	const call = `{"tool_calls":[{"tool":"create_ticket","args":{"contact":"jane.roe@example.com"}}]}`
+	die := dieAt("after:executing", 1)
 	b := setup(t, options{
 		tools: []tools.Manifest{m}, builtins: fns, roles: writerRoles("create_ticket"),
 		agents: map[string]config.Profile{"ticketer": {
@@ -182,12 +212,13 @@ func TestACallWhoseArgumentsACrashLostIsNoRepeat(t *testing.T) {
 			Limits: events.Limits{MaxRepeatedCalls: 1},
 		}},
 		scripts: map[string]model.Model{"ticketer": scripted(t, call, call, `{"final_answer":{"summary":"ok"}}`)},
-		crash:   dieAt("after:executing", 1),
+		crash:   die.hook,
 		layout:  journal.Layout{AckWait: 500 * time.Millisecond},
 		workers: 2,
 	})
 	runID := b.submit(task("args-lost-repeat-1", "ticketer"))
 	evs := b.waitEnd(runID)
+	die.happened(t)
 	assertTrail(t, evs, []string{"started",
 		"proposed", "validated:ok(create_ticket)",
 		"executing(create_ticket)", "executed:transient(create_ticket)", "executed:args_lost(create_ticket)", "observed(create_ticket)",

@@ -3,7 +3,6 @@ package worker_test
 import (
 	"context"
 	"encoding/json"
-	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -119,7 +118,8 @@ func TestARedactedWriteWhoseWorkerDiedIsSettledFromItsRecord(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.point, func(t *testing.T) {
 			t.Parallel()
-			var runs, died atomic.Int32
+			var runs atomic.Int32
+			die := dieAt(tc.point, 1)
 			m, fns := ungated("create_ticket", &runs, nil)
 			m.Timeout = events.Duration(500 * time.Millisecond)
 			m.ArgsSchema = json.RawMessage(`{"type":"object","properties":{"contact":{"type":"string"}}}`)
@@ -129,15 +129,12 @@ func TestARedactedWriteWhoseWorkerDiedIsSettledFromItsRecord(t *testing.T) {
 				scripts: map[string]model.Model{"ticketer": scripted(t,
 					`{"tool_calls":[{"tool":"create_ticket","args":{"contact":"jane.roe@example.com"}}]}`,
 					`{"final_answer":{"summary":"ok"}}`)},
-				crash: func(point string) {
-					if point == tc.point && died.Add(1) == 1 {
-						runtime.Goexit() // this worker is gone, its message unsettled
-					}
-				},
+				crash:   die.hook,
 				layout:  journal.Layout{AckWait: 500 * time.Millisecond},
 				workers: 2,
 			})
 			evs := b.waitEnd(b.submit(task("redacted-lost-"+strings.ReplaceAll(tc.point, ":", "-"), "ticketer")))
+			die.happened(t)
 			if v := last[events.ValidatedData](t, evs, events.TypeValidated); !v.Redacted {
 				t.Fatalf("validated = %+v, want the arguments redacted", v)
 			}

@@ -15,21 +15,45 @@ import (
 )
 
 // rendezvous makes the first two callers wait for each other (or for a
-// timeout), so two workers are provably inside the same step at once.
+// timeout), so two workers are provably inside the same step at once. It
+// records whether they were: counting arrivals is not enough, since a
+// second caller that comes after the first gave up waiting arrives too.
 type rendezvous struct {
-	n    atomic.Int32
-	both chan struct{}
-	once sync.Once
+	mu     sync.Mutex
+	inside int  // callers waiting now
+	met    bool // two callers were inside at once
+	both   chan struct{}
 }
 
+func newRendezvous() *rendezvous { return &rendezvous{both: make(chan struct{})} }
+
 func (r *rendezvous) meet(ctx context.Context) {
-	if r.n.Add(1) == 2 {
-		r.once.Do(func() { close(r.both) })
+	r.mu.Lock()
+	r.inside++
+	if r.inside == 2 && !r.met {
+		r.met = true
+		close(r.both)
 	}
+	r.mu.Unlock()
+	defer func() {
+		r.mu.Lock()
+		r.inside--
+		r.mu.Unlock()
+	}()
 	select {
 	case <-r.both:
 	case <-ctx.Done():
 	case <-time.After(5 * time.Second):
+	}
+}
+
+// forced fails t unless two callers were inside the rendezvous at once.
+func (r *rendezvous) forced(t *testing.T) {
+	t.Helper()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.met {
+		t.Fatal("no two workers were inside step 1's model call at once: the race was not forced")
 	}
 }
 
@@ -42,7 +66,7 @@ func (r *rendezvous) meet(ctx context.Context) {
 func TestTwoWorkersForcedOntoOneRunNeverBothWrite(t *testing.T) {
 	t.Parallel()
 	var writes atomic.Int32
-	meet := &rendezvous{both: make(chan struct{})}
+	meet := newRendezvous()
 	script := scripted(t,
 		`{"tool_calls":[{"tool":"create_ticket","args":{"n":1}}]}`,
 		`{"final_answer":{"summary":"one ticket"}}`)
@@ -73,9 +97,7 @@ func TestTwoWorkersForcedOntoOneRunNeverBothWrite(t *testing.T) {
 	}
 	evs := b.waitEnd(runID)
 	assertTrail(t, evs, concat([]string{"started"}, okStep("create_ticket"), []string{"proposed:final", "finished:done"}))
-	if meet.n.Load() < 2 {
-		t.Fatalf("only %d worker(s) proposed step 1: the race was not forced", meet.n.Load())
-	}
+	meet.forced(t)
 	if writes.Load() != 1 {
 		t.Fatalf("the write ran %d times", writes.Load())
 	}
@@ -94,7 +116,7 @@ func TestTwoWorkersForcedOntoOneRunNeverBothWrite(t *testing.T) {
 // second, through its reloads or its contended wake-up.
 func TestTheLoserOfARaceLeavesTheRunToItsDriver(t *testing.T) {
 	t.Parallel()
-	meet := &rendezvous{both: make(chan struct{})}
+	meet := newRendezvous()
 	var calls [3]atomic.Int32
 	second := make(chan struct{})
 	script := scripted(t,
@@ -135,6 +157,7 @@ func TestTheLoserOfARaceLeavesTheRunToItsDriver(t *testing.T) {
 	}
 	evs := b.waitEnd(runID)
 	assertTrail(t, evs, []string{"started", "proposed", "validated:unknown_tool(email_resident)", "observed(email_resident)", "proposed:final", "finished:done"})
+	meet.forced(t)
 	if got := calls[1].Load(); got != 2 {
 		t.Fatalf("step 1 was proposed %d times, want 2: the race was not forced", got)
 	}
