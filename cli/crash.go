@@ -18,8 +18,10 @@ import (
 // after:side_effect (a write's tool returned, nothing recorded yet),
 // after:idempotency_record (recorded in KV, no executed event yet),
 // before:decision (an approval checked, its decision not yet written to
-// the approval's entry) and before:load (a task or a wake-up taken, its
-// run not yet read).
+// the approval's entry), after:approved (the decision recorded, the
+// run's wake-up not yet published), deliver:approval (an approval message
+// taken, not yet read) and before:load (a task or a wake-up taken, its run
+// not yet read).
 //
 // LOOPGATE_CRASH_AT=freeze:<point> stops the process there instead
 // (SIGSTOP to itself, as a frozen VM or a debugger would): it holds what it
