@@ -252,7 +252,7 @@ func BenchmarkLoopgate(b *testing.B) {
 				b.Run(fmt.Sprintf("raw/conc=%d", conc), func(b *testing.B) {
 					serveProcs(b, s)
 					env, _ := fresh(b)
-					r := benchRawAppends(b, env.Journal, conc)
+					r := benchRawAppends(b, conc, func(ctx context.Context, run *simRun) error { return run.appendRaw(ctx, env.JS) })
 					r.sync = s
 					raw[conc], rawWindow[conc] = rate(r.rawAppends, r.elapsed), r.elapsed
 					table.put(b.Name(), r)
@@ -270,7 +270,7 @@ func BenchmarkLoopgate(b *testing.B) {
 					if err != nil {
 						b.Fatal(err)
 					}
-					r := benchRawAppends(b, j, conc)
+					r := benchRawAppends(b, conc, func(ctx context.Context, run *simRun) error { return run.appendOne(ctx, j) })
 					r.sync, r.grouped, r.raw, r.rawWindow = s, j.GroupStats(), raw[conc], rawWindow[conc]
 					if r.grouped.Batches > 0 {
 						b.ReportMetric(eventsPerBatch(r.grouped), "events/batch")
@@ -324,7 +324,7 @@ func BenchmarkLoopgate(b *testing.B) {
 			// meanwhile as one append entry). On two vCPUs the three
 			// servers also share the CPU with the pool.
 			b.Run("cluster=R3", func(b *testing.B) {
-				c, j := startCluster(b, s)
+				c, _ := startCluster(b, s)
 				srv := inCluster(c)
 				conc := concurrencies[len(concurrencies)-1]
 				var (
@@ -332,7 +332,7 @@ func BenchmarkLoopgate(b *testing.B) {
 					rawWindow time.Duration
 				)
 				b.Run(fmt.Sprintf("raw/conc=%d", conc), func(b *testing.B) {
-					r := benchRawAppends(b, j, conc)
+					r := benchRawAppends(b, conc, func(ctx context.Context, run *simRun) error { return run.appendRaw(ctx, srv.js) })
 					r.sync, r.where = s, srv.where
 					raw, rawWindow = rate(r.rawAppends, r.elapsed), r.elapsed
 					table.put(b.Name(), r)
@@ -363,8 +363,10 @@ func BenchmarkLoopgate(b *testing.B) {
 	fmt.Printf("\nBenchmarkLoopgate results (%s, GOMAXPROCS %d):\n%s\n", runtime.Version(), runtime.GOMAXPROCS(0), table.String())
 }
 
-// benchRawAppends is benchAppends with rawAppendsPerOp appends per op.
-func benchRawAppends(b *testing.B, j *journal.Journal, conc int) lgResult {
+// benchRawAppends is benchAppends with rawAppendsPerOp appends per op, each
+// made by appendOne: the raw lines' plain conditional publish
+// (simRun.appendRaw), or the journal's append, for the group-commit line.
+func benchRawAppends(b *testing.B, conc int, appendOne func(ctx context.Context, r *simRun) error) lgResult {
 	runs := make([]*simRun, conc)
 	for w := range runs {
 		runs[w] = newRun()
@@ -374,12 +376,12 @@ func benchRawAppends(b *testing.B, j *journal.Journal, conc int) lgResult {
 	// line run once (b.N 1: a -bench pattern that names only part of its
 	// path, see rawShortWindow) gave a ratio a quarter too kind.
 	spread(b, conc, rawAppendsPerOp, func(ctx context.Context, w int) error {
-		return runs[w].appendOne(ctx, j)
+		return appendOne(ctx, runs[w])
 	})
 	n := b.N * rawAppendsPerOp
 	cpu0 := processCPU()
 	elapsed := spread(b, conc, n, func(ctx context.Context, w int) error {
-		return runs[w].appendOne(ctx, j)
+		return appendOne(ctx, runs[w])
 	})
 	cpu := processCPU() - cpu0
 	reportRates(b, elapsed, map[string]int{"events/s": n, "appends/s": n})
