@@ -363,7 +363,7 @@ func (c *Config) validate() []events.FieldError {
 				knownTool(field, tool)
 				continue
 			}
-			names, open := argNames(c.Tools[j])
+			names, open := tools.ArgNames(c.Tools[j].ArgsSchema)
 			for _, arg := range sortedKeys(r.Args[tool]) {
 				if !open && !slices.Contains(names, arg) {
 					bad(field+"/"+escape(arg), "tool %q has no argument %q (its arguments: %s)", tool, arg, strings.Join(names, ", "))
@@ -376,7 +376,7 @@ func (c *Config) validate() []events.FieldError {
 		if ns, reserved := tools.ReservedSubject(m.Executor.NATS); m.Executor.NATS != "" && reserved {
 			bad(fmt.Sprintf("/tools/%d/executor/nats", i), "subject %q is in %s, which loopgate or JetStream uses: pick a subject of the tool's own", m.Executor.NATS, ns)
 		}
-		names, open := argNames(m)
+		names, open := tools.ArgNames(m.ArgsSchema)
 		for k, res := range m.Resources {
 			at := fmt.Sprintf("/tools/%d/resources/%d", i, k)
 			// An argument the schema does not have never comes, so the
@@ -497,24 +497,4 @@ func validateHTTPModel(at string, m Model, bad func(field, format string, args .
 // escape escapes one JSON pointer reference token (RFC 6901).
 func escape(s string) string {
 	return strings.NewReplacer("~", "~0", "/", "~1").Replace(s)
-}
-
-// argNames returns the top-level properties of m's argument schema, and
-// open when the schema names its arguments by pattern (patternProperties)
-// or in a shape argNames does not read, so that no name can be refused.
-func argNames(m tools.Manifest) (names []string, open bool) {
-	var top map[string]json.RawMessage
-	if json.Unmarshal(m.ArgsSchema, &top) != nil {
-		return nil, true
-	}
-	for _, k := range []string{"patternProperties", "$ref", "$dynamicRef", "allOf", "anyOf", "oneOf", "if", "dependentSchemas"} {
-		if _, ok := top[k]; ok {
-			return nil, true
-		}
-	}
-	var props map[string]json.RawMessage
-	if json.Unmarshal(top["properties"], &props) != nil {
-		return nil, true
-	}
-	return sortedKeys(props), false
 }

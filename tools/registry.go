@@ -271,15 +271,9 @@ func effectiveSchema(raw json.RawMessage) (json.RawMessage, []string, error) {
 	case string(ap) != "false":
 		return nil, nil, fmt.Errorf("has additionalProperties %s: it must be false (or left out, which means false) so unknown arguments are refused", ap)
 	}
-	var fields []string
-	if _, ok := top["patternProperties"]; !ok {
-		var props map[string]json.RawMessage
-		if json.Unmarshal(top["properties"], &props) == nil {
-			for name := range props {
-				fields = append(fields, name)
-			}
-			slices.Sort(fields)
-		}
+	fields, open := ArgNames(canonical)
+	if open {
+		fields = nil
 	}
 	b, err := json.Marshal(top)
 	if err != nil {
@@ -458,4 +452,31 @@ func checkedResult(fn Func, tool string, rs *resultSchema) Func {
 func isReserved(subject string) bool {
 	_, reserved := ReservedSubject(subject)
 	return reserved
+}
+
+// ArgNames returns the top-level argument names an args_schema allows,
+// sorted, and open when it names them in a way ArgNames does not read
+// (patternProperties, or a $ref, allOf, anyOf, oneOf, if or
+// dependentSchemas at the top), so that no name can be said to be missing.
+// The config loader refuses policy and resource references to names a
+// closed schema lacks; a refused argument's error lists them.
+func ArgNames(schema json.RawMessage) (names []string, open bool) {
+	var top map[string]json.RawMessage
+	if json.Unmarshal(schema, &top) != nil {
+		return nil, true
+	}
+	for _, k := range []string{"patternProperties", "$ref", "$dynamicRef", "allOf", "anyOf", "oneOf", "if", "dependentSchemas"} {
+		if _, ok := top[k]; ok {
+			return nil, true
+		}
+	}
+	var props map[string]json.RawMessage
+	if json.Unmarshal(top["properties"], &props) != nil {
+		return nil, true
+	}
+	for name := range props {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	return names, false
 }
