@@ -153,13 +153,31 @@ func oneLine(s string) string {
 // same operation's draft at once (a worker frozen inside the tool and the
 // one that took its call over), exactly one creates it, and the other finds
 // it. A rename would not do: it silently replaces what is there.
+//
+// The draft is reported only once its name is durable too: the link is a
+// change to the outbox directory, which the file's own fsync does not
+// cover, so a power cut after the call returned could leave the temp
+// file's inode and no draft, while loopgate's executed event (fsynced at
+// sync_interval always) said it was written. The directory is synced
+// after the link, and after finding an existing draft (its writer may not
+// have synced yet).
 func writeOnce(dir, name string, content []byte) (existing []byte, err error) {
+	return writeOnceSyncing(dir, name, content, syncDir)
+}
+
+// writeOnceSyncing is writeOnce with the directory sync given: the tests
+// watch when it happens.
+func writeOnceSyncing(dir, name string, content []byte, syncDir func(dir string) error) (existing []byte, err error) {
 	f, err := os.CreateTemp(dir, tempPattern)
 	if errors.Is(err, fs.ErrNotExist) {
 		// The outbox is made when first needed (and again if removed),
 		// not looked for at every draft.
 		if err := os.MkdirAll(dir, 0o750); err != nil {
 			return nil, fmt.Errorf("create outbox: %w", err)
+		}
+		// The outbox's own name, in its parent, is as new as the drafts.
+		if err := syncDir(filepath.Dir(dir)); err != nil {
+			return nil, fmt.Errorf("sync outbox's parent: %w", err)
 		}
 		f, err = os.CreateTemp(dir, tempPattern)
 	}
@@ -186,16 +204,32 @@ func writeOnce(dir, name string, content []byte) (existing []byte, err error) {
 	path := filepath.Join(dir, name)
 	switch err := os.Link(f.Name(), path); {
 	case err == nil:
-		return nil, nil
 	case errors.Is(err, fs.ErrExist):
-		have, rerr := os.ReadFile(path)
-		if rerr != nil {
-			return nil, fmt.Errorf("read existing draft: %w", rerr)
+		if existing, err = os.ReadFile(path); err != nil {
+			return nil, fmt.Errorf("read existing draft: %w", err)
 		}
-		return have, nil
 	default:
 		return nil, fmt.Errorf("link draft into place: %w", err)
 	}
+	// A failed sync fails the call: the draft may be there, and a retry
+	// of the operation finds it and syncs again.
+	if err := syncDir(dir); err != nil {
+		return nil, fmt.Errorf("sync outbox: %w", err)
+	}
+	return existing, nil
+}
+
+// syncDir makes dir's entries durable: fsync of the directory itself.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // tempPattern names a draft being written; a process killed between the

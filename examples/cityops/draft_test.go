@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -388,5 +389,49 @@ func TestRegisterSweepsStaleTempDrafts(t *testing.T) {
 		if swept, want := errors.Is(err, os.ErrNotExist), name == ".escalation-1111.tmp"; swept != want {
 			t.Errorf("%s: swept = %v, want %v (stat: %v)", name, swept, want, err)
 		}
+	}
+}
+
+// TestWriteOnceSyncsTheOutboxAfterTheLink: a draft is reported written only
+// once the outbox directory, which holds its name, has been synced after
+// the link (the file's own fsync does not make the link durable), and so is
+// a draft found already there; a failed sync fails the call; an outbox made
+// on the way has its parent synced too.
+func TestWriteOnceSyncsTheOutboxAfterTheLink(t *testing.T) {
+	t.Parallel()
+	parent := t.TempDir()
+	dir := filepath.Join(parent, "outbox")
+	name := draftName(opA)
+	var synced []string
+	watch := func(d string) error {
+		if d == dir {
+			if got, err := os.ReadFile(filepath.Join(dir, name)); err != nil || string(got) != "draft\n" {
+				t.Errorf("outbox synced before the draft was linked into place: %q, %v", got, err)
+			}
+		}
+		synced = append(synced, d)
+		return nil
+	}
+	if have, err := writeOnceSyncing(dir, name, []byte("draft\n"), watch); err != nil || have != nil {
+		t.Fatalf("first write: existing %q, err %v; want the draft created", have, err)
+	}
+	if want := []string{parent, dir}; !slices.Equal(synced, want) {
+		t.Fatalf("first write synced %q, want the new outbox's parent, then the outbox", synced)
+	}
+	synced = nil
+	if have, err := writeOnceSyncing(dir, name, []byte("draft\n"), watch); err != nil || string(have) != "draft\n" {
+		t.Fatalf("second write: existing %q, err %v; want the draft found", have, err)
+	}
+	if want := []string{dir}; !slices.Equal(synced, want) {
+		t.Fatalf("a draft found already there synced %q, want the outbox: its writer may not have synced it yet", synced)
+	}
+	broken := errors.New("disk gone")
+	have, err := writeOnceSyncing(dir, draftName(opA+"b"), []byte("draft\n"), func(string) error { return broken })
+	if !errors.Is(err, broken) || have != nil || !strings.Contains(err.Error(), "sync outbox") {
+		t.Fatalf("write with a failing directory sync: existing %q, err %v; want the sync's error", have, err)
+	}
+	// The real sync works on a real directory.
+	if err := syncDir(dir); err != nil {
+		t.Fatal(err)
 	}
 }
