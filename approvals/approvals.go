@@ -148,6 +148,10 @@ type Policy struct {
 	Known bool
 	// MayApprove: one of the approver's configured roles may approve the tool.
 	MayApprove bool
+	// OtherTenant: the approver's configured tenants do not include the
+	// run's (policy.approvers.<id>.tenants); the message is refused as
+	// not_authorized whatever its roles allow.
+	OtherTenant bool
 	// AllowSelf: self-approval is allowed.
 	AllowSelf bool
 
@@ -198,6 +202,8 @@ func Check(msg Message, e Entry, p Policy, now time.Time) (class, detail string)
 		return RejectHashMismatch, "args_hash " + msg.ArgsHash + " is not the pending " + e.ArgsHash
 	case !p.Known:
 		return RejectUnknown, msg.Approver.ID + " is not an approver in the policy"
+	case p.OtherTenant:
+		return RejectNotAllowed, msg.Approver.ID + " may not decide calls of tenant " + e.Tenant + ": not among the approver's tenants in policy.approvers"
 	case !p.MayApprove:
 		return RejectNotAllowed, msg.Approver.ID + "'s roles may not approve " + e.Tool
 	case samePrincipal(msg.Approver.ID, e.Principal) && !p.AllowSelf:

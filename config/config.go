@@ -214,6 +214,11 @@ type Approver struct {
 	// new): their signed approvals are verified against it. Optional
 	// unless Policy.RequireSignatures.
 	PublicKey string `json:"public_key,omitempty"`
+	// Tenants whose gated calls the approver may decide. Defaults to
+	// every tenant: NATS permissions (who may publish on which tenant's
+	// approvals subjects) are then the only fence, and a signed approval
+	// is valid on any tenant's subject its sender can reach.
+	Tenants []string `json:"tenants,omitempty"`
 }
 
 // Role lists what principals holding it may do.

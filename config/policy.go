@@ -26,6 +26,14 @@ func (c *Config) MayApprove(roles []string, tool string) bool {
 	return slices.ContainsFunc(roles, func(r string) bool { return slices.Contains(c.Policy.Roles[r].Approve, tool) })
 }
 
+// ApproverDecidesFor reports whether approver id may decide gated calls of
+// tenant's runs: its tenants list names the tenant, or it has none (every
+// tenant). An id not in the policy decides for no one.
+func (c *Config) ApproverDecidesFor(id, tenant string) bool {
+	a, ok := c.Policy.Approvers[id]
+	return ok && (a.Tenants == nil || slices.Contains(a.Tenants, tenant))
+}
+
 // ApproverRoles returns the roles the policy gives approver id, and whether
 // the id is a configured approver at all.
 func (c *Config) ApproverRoles(id string) ([]string, bool) {

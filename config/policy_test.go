@@ -1,6 +1,7 @@
 package config_test
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/loopgate/loopgate/config"
@@ -42,5 +43,39 @@ func TestPolicy(t *testing.T) {
 				t.Errorf("got %v, want %v", got, tt.want)
 			}
 		})
+	}
+}
+
+// policy.approvers.<id>.tenants: loaded as written, refused empty or with
+// a name that is not a tenant token (naming the field), and read by
+// ApproverDecidesFor: listed tenants only, every tenant when absent, no
+// one for an id not in the policy.
+func TestApproverTenants(t *testing.T) {
+	t.Parallel()
+	c, err := config.Load(files(withApprovers(
+		"    boss: {roles: [supervisor], tenants: [cityops, parks]}\n"+
+			"    anyone: {roles: [supervisor]}\n")), "loopgate.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		id, tenant string
+		want       bool
+	}{
+		{"boss", "cityops", true}, {"boss", "parks", true}, {"boss", "harbour", false},
+		{"anyone", "harbour", true}, {"nobody", "cityops", false},
+	} {
+		if got := c.ApproverDecidesFor(tt.id, tt.tenant); got != tt.want {
+			t.Errorf("ApproverDecidesFor(%q, %q) = %v, want %v", tt.id, tt.tenant, got, tt.want)
+		}
+	}
+	for given, want := range map[string]string{
+		"    boss: {roles: [supervisor], tenants: []}\n":         "/policy/approvers/boss/tenants",
+		"    boss: {roles: [supervisor], tenants: [city.ops]}\n": "/policy/approvers/boss/tenants/0",
+	} {
+		_, err := config.Load(files(withApprovers(given)), "loopgate.yaml")
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: err %v, want one naming %s", strings.TrimSpace(given), err, want)
+		}
 	}
 }
