@@ -173,6 +173,7 @@ func (r *run) runCalls(ctx context.Context) error {
 		if c.Observed {
 			continue
 		}
+		r.settleByHuman(ctx, c)
 		o, output := r.observe(c)
 		// Redacted before it is bounded: cut first, a sensitive value
 		// could lose the shape its pattern matches, and a placeholder

@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/loopgate/loopgate/approvals"
 	"github.com/loopgate/loopgate/events"
 	"github.com/loopgate/loopgate/idempotency"
 	"github.com/loopgate/loopgate/tools"
@@ -139,6 +140,39 @@ func (r *run) lostAttempt(ctx context.Context, m tools.Manifest, lost events.Exe
 	}
 	return ended(events.ExecUnknown, "unknown_outcome",
 		fmt.Sprintf("attempt %d may have taken effect (record: %s); its end was not recorded (its worker stopped, or JetStream did not answer it); not re-run without reconciliation", lost.Attempt, rec.State))
+}
+
+// settleByHuman writes a human's answer to a write's unknown outcome into
+// its operation record, before the call is observed: mark_done completes
+// it, abandon abandons it. The record used to stay in flight or unknown
+// for ever, so an operator looking in loopgate_idempotency for operations
+// nobody settled found ones a human had. Best effort, as recordOutcome:
+// the approved event is the truth, and a run resumed before its observed
+// event writes the record again (an unchanged record is not rewritten).
+func (r *run) settleByHuman(ctx context.Context, c *events.CallState) {
+	d, x := c.Decision, c.LastExecuted()
+	if d == nil || d.Kind != string(approvals.KindNeedsHuman) || x == nil || x.OperationID == "" {
+		return
+	}
+	state := map[approvals.Decision]idempotency.State{
+		approvals.MarkDone: idempotency.Completed,
+		approvals.Abandon:  idempotency.Abandoned,
+	}[approvals.Decision(d.Decision)]
+	if state == "" {
+		return
+	}
+	rec, rev, err := r.p.idem.Get(ctx, x.OperationID)
+	switch {
+	case err != nil:
+		if !errors.Is(err, jetstream.ErrKeyNotFound) {
+			r.log.WarnContext(ctx, "operation record not read; the human's decision is in the approved event only", "operation_id", x.OperationID, "err", err)
+		}
+		return
+	case rec.RunID != r.st.RunID || rec.State == state:
+		return
+	}
+	rec.State, rec.Updated = state, r.p.now().UTC()
+	r.recordOutcome(ctx, rec, rev)
 }
 
 // outcomePatience is how long a worker keeps trying to record an
