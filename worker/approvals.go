@@ -677,7 +677,7 @@ func (p *Pool) decide(ctx context.Context, msg approvalMsg) (outcome, string) {
 		// A known approver outside the run's tenant; an unknown one is
 		// refused as unknown_approver.
 		OtherTenant: known && !p.app.ApproverDecidesFor(m.Approver.ID, tenant),
-		AllowSelf:  p.app.Policy.AllowSelfApproval,
+		AllowSelf:   p.app.Policy.AllowSelfApproval,
 		// Signatures: verified against the key the config gives the
 		// approver id, never one the message brings; freshness is judged
 		// against the server's receipt time, which no publisher sets.
