@@ -1,6 +1,7 @@
 package redact_test
 
 import (
+	"bytes"
 	"encoding/json"
 	"testing"
 
@@ -148,4 +149,16 @@ func TestQuotedCredentialsInTextAreRedacted(t *testing.T) {
 	checkJSON(t, r, []jsonCase{
 		{`{"body":"{\"password\":\"hunter2-live\"}"}`, `{"body":"{\"[bearer]\"}"}`},
 	})
+}
+
+// A rewritten document escapes U+2028 and U+2029 as the events' encoder
+// does (\u2028, 6 bytes): written raw (3 bytes), what the worker bounded
+// here grew past its bound once stored.
+func TestARewrittenDocumentEscapesLineSeparatorsAsEventsDo(t *testing.T) {
+	t.Parallel()
+	r := redact.New(nil, nil)
+	out, changed := r.JSON([]byte("{\"note\":\"ana@example.org\u2028and\u2029more\"}"))
+	if !changed || !bytes.Contains(out, []byte(`\u2028and\u2029more`)) || bytes.ContainsRune(out, '\u2028') || bytes.ContainsRune(out, '\u2029') {
+		t.Fatalf("redacted %s (changed %v), want the address redacted and the separators escaped", out, changed)
+	}
 }

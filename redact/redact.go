@@ -638,9 +638,12 @@ func (r *Redactor) rewrite(raw []byte) ([]byte, bool) {
 	}
 	// Without HTML escapes (jsontext's default): '<' as \u003c would make
 	// a value six times its size, and what was bounded before redaction
-	// unbounded after.
+	// unbounded after. With U+2028 and U+2029 escaped, as the events'
+	// encoder (encoding/json) writes them: written raw (3 bytes, where a
+	// stored event has 6), an observation or a result measured and bounded
+	// here came out past its bound once stored.
 	var out bytes.Buffer
-	enc := jsontext.NewEncoder(&out, jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true))
+	enc := jsontext.NewEncoder(&out, jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true), jsontext.EscapeForJS(true))
 	if err := write(enc, v); err != nil {
 		// Not reached (what was read can be written), but if it were, no
 		// part of the document goes out unredacted.

@@ -1,0 +1,240 @@
+package journal_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/loopgate/loopgate/events"
+	"github.com/loopgate/loopgate/internal/natstest"
+	"github.com/loopgate/loopgate/journal"
+)
+
+// flyTogetherCtx is flyTogether with a caller context.
+func flyTogetherCtx(t *testing.T, ctx context.Context, j *journal.Journal, appends []*groupAppend) {
+	t.Helper()
+	queued, release := journal.HoldGroup(j)
+	var wg sync.WaitGroup
+	for _, a := range appends {
+		wg.Go(func() {
+			if a.atomic {
+				a.seq, a.err = j.AppendBatch(ctx, a.last, a.evs...)
+			} else {
+				a.seq, a.err = j.Append(ctx, a.last, a.evs...)
+			}
+		})
+	}
+	for deadline := time.Now().Add(10 * time.Second); queued() < len(appends); {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d appends queued", queued(), len(appends))
+		}
+		time.Sleep(time.Millisecond)
+	}
+	release()
+	wg.Wait()
+}
+
+// slowProxy forwards TCP to addr, delaying every byte the server sends
+// back by delay: a reply arrives after a client's short timeout, though
+// the server did what was asked (a lost ack, for real).
+func slowProxy(t *testing.T, addr string, delay time.Duration) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var conns []net.Conn
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			s, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Logf("proxy dial %s: %v", addr, err)
+				c.Close()
+				continue
+			}
+			mu.Lock()
+			conns = append(conns, c, s)
+			mu.Unlock()
+			wg.Go(func() { _, _ = io.Copy(s, c); s.Close() })
+			type chunk struct {
+				at time.Time
+				b  []byte
+			}
+			ch := make(chan chunk, 1<<16)
+			wg.Go(func() {
+				defer close(ch)
+				buf := make([]byte, 64<<10)
+				for {
+					n, err := s.Read(buf)
+					if n > 0 {
+						ch <- chunk{time.Now(), append([]byte(nil), buf[:n]...)}
+					}
+					if err != nil {
+						return
+					}
+				}
+			})
+			wg.Go(func() {
+				defer c.Close()
+				for k := range ch {
+					time.Sleep(time.Until(k.at.Add(delay)))
+					if _, err := c.Write(k.b); err != nil {
+						return
+					}
+				}
+			})
+		}
+	})
+	return "nats://" + ln.Addr().String()
+}
+
+// lostAckJournal is a group-commit journal whose connection to env's server
+// hears every answer after delay, with a JetStream default timeout (the
+// group's batch timeout) shorter than that.
+func lostAckJournal(t *testing.T, env *natstest.Env, delay, timeout time.Duration, min int) *journal.Journal {
+	t.Helper()
+	nc, err := nats.Connect(slowProxy(t, strings.TrimPrefix(env.Server.ClientURL(), "nats://"), delay), nats.Timeout(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc, jetstream.WithDefaultTimeout(timeout))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	j, err := journal.New(ctx, js, journal.WithGroupCommit(min))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return j
+}
+
+func TestReviewGroupLostAck(t *testing.T) {
+	t.Parallel()
+	env := natstest.Start(t)
+	j := lostAckJournal(t, env, 150*time.Millisecond, 50*time.Millisecond, 2)
+	appends := newRuns("run", 8, 3)
+	for i, a := range appends {
+		a.atomic = i%2 == 0
+	}
+	n0, _ := streamMsgs(t, env)
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	flyTogetherCtx(t, ctx, j, appends)
+	t.Logf("stats %+v", j.GroupStats())
+	wantLanded(t, env.Journal, appends)
+	if n, _ := streamMsgs(t, env); n != n0+24 {
+		t.Errorf("stream holds %d, want %d", n, n0+24)
+	}
+	st, _ := env.JS.Stream(t.Context(), journal.StreamEvents)
+	for _, a := range appends {
+		m, err := st.GetMsg(t.Context(), a.seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("run %s seq %d batch %q", a.evs[0].RunID, a.seq, m.Header.Get("Nats-Batch-Id"))
+	}
+	_ = errors.Is
+	_ = events.TypeStarted
+}
+
+// queueInOrder queues appends in j's held group one after another, in
+// slice order, releases the group and waits for every outcome.
+func queueInOrder(t *testing.T, j *journal.Journal, appends []*groupAppend) {
+	t.Helper()
+	queued, release := journal.HoldGroup(j)
+	var wg sync.WaitGroup
+	for i, a := range appends {
+		wg.Go(func() {
+			if a.atomic {
+				a.seq, a.err = j.AppendBatch(context.Background(), a.last, a.evs...)
+			} else {
+				a.seq, a.err = j.Append(context.Background(), a.last, a.evs...)
+			}
+		})
+		for deadline := time.Now().Add(10 * time.Second); queued() < i+1; {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d of %d appends queued", queued(), i+1)
+			}
+			time.Sleep(100 * time.Microsecond)
+		}
+	}
+	release()
+	wg.Wait()
+}
+
+// TestReviewGroupARunsAppendsKeepQueueOrder: take's doc says a flight
+// takes the queue in order and a run's second append waits for the next
+// flight. When the run's first append does not fit in the flight's
+// remaining events, the run's second one is taken in its place and wins
+// the run, and the first, queued before it, loses.
+func TestReviewGroupARunsAppendsKeepQueueOrder(t *testing.T) {
+	t.Parallel()
+	env := natstest.StartWith(t, natstest.Options{SyncInterval: "2m"})
+	j := groupJournal(t, env, 2)
+	started := ev("acme", "contested", 1, events.TypeStarted)
+	last := mustAppend(t, env.Journal, 0, started)
+	// 200 events of other runs fill most of the flight (256 events).
+	fill := newRuns("fill", 4, 50)
+	// The first writer's step does not fit in the 56 events left; the
+	// second writer's single event does.
+	first := &groupAppend{last: last, evs: trail("acme", "contested", 2, 81)}
+	second := &groupAppend{last: last, evs: []events.Event{ev("acme", "contested", 2, events.TypeFinished)}}
+	queueInOrder(t, j, append(append(fill, first), second))
+	wantLanded(t, j, fill)
+	if first.err != nil || !errors.Is(second.err, journal.ErrConflict) {
+		t.Fatalf("first queued = %v, second queued = %v; want the first to win the run and the second to conflict", first.err, second.err)
+	}
+}
+
+// TestReviewGroupAppendReturnsWhenItsContextEnds: Append's doc says
+// cancelling ctx abandons the publish in flight (its outcome unknown), and
+// WithGroupCommit says the contract is unchanged. A share taken into a
+// batch instead holds its caller until the batch's answer comes or the
+// connection's default timeout (5 s in production) passes, whatever the
+// caller's deadline: a server that answers slowly keeps every caller of
+// the flight waiting past its own deadline.
+func TestReviewGroupAppendReturnsWhenItsContextEnds(t *testing.T) {
+	t.Parallel()
+	env := natstest.StartWith(t, natstest.Options{SyncInterval: "2m"})
+	const delay = 1500 * time.Millisecond
+	j := lostAckJournal(t, env, delay, 5*time.Second, 2)
+	appends := newRuns("run", 4, 1)
+	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+	defer cancel()
+	t0 := time.Now()
+	flyTogetherCtx(t, ctx, j, appends)
+	took := time.Since(t0)
+	t.Logf("stats %+v, took %s", j.GroupStats(), took)
+	for _, a := range appends {
+		t.Logf("%s: %d %v", a.evs[0].RunID, a.seq, a.err)
+	}
+	if took > time.Second {
+		t.Fatalf("appends with a 200ms deadline returned after %s (the server answers in %s)", took, delay)
+	}
+}
