@@ -250,6 +250,9 @@ func (j *Journal) publishBatch(ctx context.Context, stream string, msgs []*nats.
 		// No reply subject: the server stages the message silently. A
 		// message it refuses makes the commit fail as incomplete.
 		if err := nc.PublishMsg(m); err != nil {
+			if i > 0 {
+				abandonBatch(nc, m.Subject, id, i)
+			}
 			return 0, fmt.Errorf("publish batch message %d of %d: %w", i+1, n, err)
 		}
 	}
@@ -273,6 +276,20 @@ func (j *Journal) publishBatch(ctx context.Context, stream string, msgs []*nats.
 		return 0, fmt.Errorf("commit batch of %d: %w: %s", n, jetstream.ErrInvalidJSAck, resp.Data)
 	}
 	return ack.Sequence, nil
+}
+
+// abandonBatch makes the server drop batch id, of which it has staged sent
+// messages, at once: a message that skips a batch sequence is a gap, and a
+// gap ends the batch. Left open, a batch refused on the client's side (a
+// message over max_payload, say) held one of the stream's open-batch slots
+// (50) until the server's batch timeout (10 s), and another writer's batch
+// could be refused meanwhile. Best effort: if this cannot be sent either,
+// the timeout still ends the batch.
+func abandonBatch(nc *nats.Conn, subject, id string, sent int) {
+	m := nats.NewMsg(subject)
+	m.Header.Set(hdrBatchID, id)
+	m.Header.Set(hdrBatchSeq, strconv.Itoa(sent+2))
+	_ = nc.PublishMsg(m)
 }
 
 // resolveBatch decides a batch the server refused because the run moved

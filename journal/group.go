@@ -3,6 +3,7 @@ package journal
 import (
 	"context"
 	"errors"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -126,7 +127,9 @@ func (g *group) append(ctx context.Context, last uint64, evs []events.Event, sto
 	if len(evs) == 0 {
 		return last, nil
 	}
-	s := &share{ctx: ctx, last: last, evs: evs, stored: stored, atomic: atomic, done: make(chan struct{})}
+	// The flight reads the share's events after the caller may have gone
+	// (its ctx ended): copies, so the caller's slices stay its own.
+	s := &share{ctx: ctx, last: last, evs: slices.Clone(evs), stored: slices.Clone(stored), atomic: atomic, done: make(chan struct{})}
 	g.mu.Lock()
 	g.queue = append(g.queue, s)
 	if !g.flying {
@@ -142,14 +145,13 @@ func (g *group) append(ctx context.Context, last uint64, evs []events.Event, sto
 	g.mu.Lock()
 	if !s.taken {
 		g.queue = deleteShare(g.queue, s)
-		g.mu.Unlock()
-		return last, ctx.Err()
 	}
 	g.mu.Unlock()
-	// In a flight: its outcome is known soon (a lone append ends with ctx,
-	// a batch within the connection's timeout), and is the truth.
-	<-s.done
-	return s.seq, s.err
+	// Queued, nothing was sent. In a flight, the batch may yet be stored:
+	// its outcome is unknown, as Append's is when ctx ends mid-publish.
+	// The caller used to wait for the flight's answer, up to the
+	// connection's timeout (5 s) past its own deadline.
+	return last, ctx.Err()
 }
 
 // fly runs flights until the queue is empty.
@@ -186,6 +188,10 @@ func (g *group) take() []*share {
 	for _, s := range g.queue {
 		key := runKey(s.evs[0].Tenant, s.evs[0].RunID)
 		if runs[key] || (len(flight) > 0 && n+len(s.evs) > g.maxEvents) {
+			// A share left for the next flight keeps its run's place:
+			// the run's later append, queued behind it, used to be taken
+			// in its stead, and win the run from the writer queued first.
+			runs[key] = true
 			rest = append(rest, s)
 			continue
 		}
