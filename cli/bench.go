@@ -167,8 +167,8 @@ type benchReport struct {
 	Submitted int           `json:"submitted"`
 	Ended     int           `json:"ended"`
 	Elapsed   time.Duration `json:"elapsed_ns"` // first task published → last run ended
-	Events    int           `json:"events"`
-	ToolSteps int           `json:"tool_steps"`
+	Events    int           `json:"events"`     // of the runs that ended
+	ToolSteps int           `json:"tool_steps"` // of the runs that ended
 	RunsPerS  float64       `json:"runs_per_sec"`
 	EventsPS  float64       `json:"events_per_sec"`
 	StepsPS   float64       `json:"tool_steps_per_sec"`
@@ -205,8 +205,6 @@ func (rep *benchReport) fill(l *load) {
 		}
 		rep.Submitted++
 		v := r.check.Verdict()
-		rep.Events += v.Events
-		rep.ToolSteps += r.executed
 		if len(v.Problems) > 0 {
 			rep.Problems[r.runID] = v.Problems
 		}
@@ -235,6 +233,12 @@ func (rep *benchReport) fill(l *load) {
 			rep.Reasons[string(v.Reason)]++
 		}
 		if !r.ended.IsZero() {
+			// The rates are of the runs that ended, over the time they
+			// took: the events of a run still going (stuck, or waiting
+			// for a human) used to count too, in a window that does not
+			// hold all of them, and lifted events/s of a failed bench.
+			rep.Events += v.Events
+			rep.ToolSteps += r.executed
 			rep.Ended++
 			times = append(times, r.ended.Sub(r.submitted))
 			if s := int(r.ended.Sub(l.began) / time.Second); s >= 0 {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/loopgate/loopgate/events"
 	"github.com/loopgate/loopgate/journal"
+	"github.com/loopgate/loopgate/trail"
 )
 
 func bench(t *testing.T, url string, args ...string) (int, string, string) {
@@ -169,5 +171,39 @@ func TestBenchRejectsBadFlagsByName(t *testing.T) {
 		if code != exitError || !strings.Contains(errOut, tc.want) {
 			t.Errorf("bench %v: exit %d, stderr %q; want 1 and %q", tc.args, code, errOut, tc.want)
 		}
+	}
+}
+
+// bench's rates are of the runs that ended: a run still going when the
+// bench stops (stuck, parked) is listed, and its events and tool steps are
+// not counted in events/s, whose window does not hold all of them (they
+// used to be, and lifted the rate of a failed bench).
+func TestBenchRatesCountOnlyTheRunsThatEnded(t *testing.T) {
+	t.Parallel()
+	data, err := os.ReadFile("../events/testdata/happy_run.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var evs []events.Event
+	if err := json.Unmarshal(data, &evs); err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now()
+	tenant := evs[0].Tenant
+	done := &loadRun{taskID: "a", runID: evs[0].RunID, check: trail.New(tenant, evs[0].RunID), submitted: t0, ended: t0.Add(time.Second), executed: 5}
+	stuck := &loadRun{taskID: "b", runID: "stuck-run", check: trail.New(tenant, "stuck-run"), submitted: t0, executed: 2}
+	for i, e := range evs {
+		done.check.Add(trail.Stored{Event: e, StreamSeq: uint64(100 + i), Subject: e.Subject(), MsgID: e.MsgID()})
+		if i < 20 {
+			e.RunID = "stuck-run"
+			stuck.check.Add(trail.Stored{Event: e, StreamSeq: uint64(200 + i), Subject: e.Subject(), MsgID: e.MsgID()})
+		}
+	}
+	l := &load{runs: map[string]*loadRun{done.runID: done, stuck.runID: stuck}, order: []*loadRun{done, stuck}, began: t0, last: t0.Add(time.Second)}
+	var rep benchReport
+	rep.fill(l)
+	if rep.Ended != 1 || len(rep.Stuck) != 1 || rep.Events != len(evs) || rep.ToolSteps != 5 || rep.EventsPS != float64(len(evs)) || rep.StepsPS != 5 {
+		t.Fatalf("ended %d, stuck %q, events %d (%.0f/s), tool steps %d (%.0f/s); want the ended run's %d events and 5 steps in 1 s, the other listed stuck",
+			rep.Ended, rep.Stuck, rep.Events, rep.EventsPS, rep.ToolSteps, rep.StepsPS, len(evs))
 	}
 }
