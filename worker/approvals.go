@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/go-json-experiment/json/jsontext"
 	"github.com/kaptinlin/jsonschema"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -23,8 +24,12 @@ import (
 	"github.com/loopgate/loopgate/schemas"
 )
 
-// maxApprovalBytes bounds an approval message.
-const maxApprovalBytes = 16 << 10
+// maxApprovalBytes bounds an approval message: above the largest that
+// schemas/approval.schema.json admits, a reason of 2048 characters each
+// written as a \uXXXX surrogate pair (12 bytes; Python's json.dumps writes
+// non-ASCII so) with every other member at its longest. At 16 KiB such a
+// message, valid by the published schema, was refused as not matching it.
+const maxApprovalBytes = 32 << 10
 
 // consumeApprovals decides approval messages in lanes, one goroutine per
 // lane and one lane per run (by a hash of the run id): the decisions of one
@@ -438,7 +443,7 @@ func (p *Pool) recordUndecided(ctx context.Context, msg approvalMsg, tenant, run
 		return settled, "", nil
 	}
 	r := p.ender(st, last)
-	m, _ := p.parseApproval(msg.data)
+	m, _, _ := p.parseApproval(msg.data)
 	d := events.ApprovalRejectedData{Class: approvals.RejectUndecided, Detail: undecidedDetail(msg.deliveries), ApprovalSeq: msg.seq}
 	if err := r.recordRejection(ctx, callID, d, m); err != nil {
 		return 0, "", err
@@ -569,9 +574,9 @@ func (p *Pool) decide(ctx context.Context, msg approvalMsg) (outcome, string) {
 		return settled, ""
 	}
 
-	m, errs := p.parseApproval(msg.data)
+	m, detail, errs := p.parseApproval(msg.data)
 	if errs != nil {
-		return reject(approvals.RejectInvalid, "the message does not match schemas/approval.schema.json", m, errs)
+		return reject(approvals.RejectInvalid, detail, m, errs)
 	}
 	if m.RunID != runID || m.CallID != callID {
 		return reject(approvals.RejectInvalid, fmt.Sprintf("the message names run %s call %s, its subject run %s call %s", m.RunID, m.CallID, runID, callID), m, nil)
@@ -870,23 +875,31 @@ func decidedState(d approvals.Decision) string {
 
 // parseApproval validates an approval message. On failure it returns what
 // it could read of the message (for the audit record) and field errors.
-func (p *Pool) parseApproval(data []byte) (*approvals.Message, []events.FieldError) {
-	if len(data) > maxApprovalBytes {
-		return nil, []events.FieldError{{Message: fmt.Sprintf("message is %d bytes, over the limit of %d", len(data), maxApprovalBytes)}}
+func (p *Pool) parseApproval(data []byte) (m *approvals.Message, detail string, errs []events.FieldError) {
+	// Each refusal says what it is: they all used to be "the message does
+	// not match schemas/approval.schema.json", a message over the size
+	// bound too.
+	refuse := func(why string) (*approvals.Message, string, []events.FieldError) {
+		return nil, why, []events.FieldError{{Message: why}}
 	}
-	if !json.Valid(data) {
-		return nil, []events.FieldError{{Message: "message is not valid JSON"}}
+	switch {
+	case len(data) > maxApprovalBytes:
+		return refuse(fmt.Sprintf("message is %d bytes, over the limit of %d", len(data), maxApprovalBytes))
+	case !json.Valid(data):
+		return refuse("message is not valid JSON")
+	case !jsontext.Value(data).IsValid():
+		return refuse("message repeats a member name in an object, or holds invalid UTF-8: each name may appear once")
 	}
-	var m approvals.Message
-	_ = json.Unmarshal(data, &m)
+	m = new(approvals.Message)
+	_ = json.Unmarshal(data, m)
 	if res := p.approvalSchema().ValidateJSON(data); !res.IsValid() {
 		errs := schemas.Errors(res)
 		if len(errs) == 0 {
 			errs = []events.FieldError{{Message: "does not match the approval schema"}}
 		}
-		return &m, errs
+		return m, "the message does not match schemas/approval.schema.json", errs
 	}
-	return &m, nil
+	return m, "", nil
 }
 
 func (p *Pool) approvalSchema() *jsonschema.Schema { return p.approvalSch }

@@ -116,7 +116,7 @@ func FuzzParseApproval(f *testing.F) {
 	}
 	p := &Pool{approvalSch: s}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		m, errs := p.parseApproval(data)
+		m, _, errs := p.parseApproval(data)
 		if errs != nil {
 			for _, e := range errs {
 				if e.Message == "" {

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/go-json-experiment/json/jsontext"
+
 	"github.com/loopgate/loopgate/config"
 	"github.com/loopgate/loopgate/events"
 	"github.com/loopgate/loopgate/schemas"
@@ -34,6 +36,13 @@ func (p *Pool) decodeTask(tenant, subject string, data []byte) (events.Task, eve
 	if !json.Valid(data) {
 		return reject("", "task is not valid JSON", nil)
 	}
+	if !jsontext.Value(data).IsValid() {
+		// Valid to encoding/json, which keeps a repeated name's last
+		// value; the schema's validator refuses it, and the rejection
+		// used to say "is not valid JSON", naming nothing.
+		lenientTaskID(data, &task)
+		return reject("", "task repeats a member name in an object, or holds invalid UTF-8: each name may appear once", nil)
+	}
 	if res := p.taskSchema.ValidateJSON(data); !res.IsValid() {
 		errs := schemas.Errors(res)
 		if len(errs) == 0 {
@@ -49,6 +58,9 @@ func (p *Pool) decodeTask(tenant, subject string, data []byte) (events.Task, eve
 		lenientTaskID(data, &task)
 		e := schemas.DecodeErrorIn(data, err)
 		return reject(e.Field, e.Message, []events.FieldError{e})
+	}
+	if e := zeroLimit(data, task.Limits); e != nil {
+		return reject(e.Field, e.Message, []events.FieldError{*e})
 	}
 	if task.Tenant != tenant {
 		return reject("/tenant", fmt.Sprintf("tenant %q does not match the subject's tenant %q", task.Tenant, tenant), nil)
@@ -71,6 +83,30 @@ func (p *Pool) decodeTask(tenant, subject string, data []byte) (events.Task, eve
 		return reject("/limits/max_cost_usd", fmt.Sprintf("cannot be counted: agent %q's model %q has no pricing entry, so this budget would never stop the run", task.Agent, profile.Model.PricedAs()), nil)
 	}
 	return task, limits, nil
+}
+
+// zeroLimit finds a task limit that was given but decodes to zero, which
+// the limits read as "not set": "max_active": "0s" (or "0.0000000001s")
+// and "max_cost_usd": 1e-400 pass the schema, and the run used to get the
+// profile's looser limit, or no cost bound at all. The count limits have a
+// schema minimum of 1.
+func zeroLimit(data []byte, l *events.Limits) *events.FieldError {
+	if l == nil || (l.MaxActive != 0 && l.MaxCostUSD != 0) {
+		return nil
+	}
+	var given struct {
+		Limits map[string]json.RawMessage `json:"limits"`
+	}
+	if json.Unmarshal(data, &given) != nil {
+		return nil
+	}
+	if _, ok := given.Limits["max_active"]; ok && l.MaxActive == 0 {
+		return &events.FieldError{Field: "/limits/max_active", Message: "is zero: give a positive duration, or leave it out for the profile's"}
+	}
+	if _, ok := given.Limits["max_cost_usd"]; ok && l.MaxCostUSD == 0 {
+		return &events.FieldError{Field: "/limits/max_cost_usd", Message: "is zero once read (too small for a float64): give a positive amount, or leave it out for the profile's"}
+	}
+	return nil
 }
 
 // lenientTaskID picks a usable task_id out of an otherwise invalid task, so

@@ -234,6 +234,10 @@ func (r *run) drive(ctx context.Context) error {
 		case st.CurrentStep > 0 && st.Current == nil && !st.DecisionObserved:
 			err = r.handleInvalidDecision(ctx)
 		case st.Current != nil && st.Current.Final != nil:
+			if why := r.unverifiedCompletion(st.Current.Final); why != "" {
+				err = r.finish(ctx, stop{events.ReasonCompletionUnverified, why}, nil)
+				break
+			}
 			err = r.finish(ctx, stop{reason: events.ReasonDone}, st.Current.Final)
 		case st.Current != nil && !r.stepObserved():
 			err = r.runCalls(ctx)
