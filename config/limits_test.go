@@ -2,6 +2,7 @@ package config_test
 
 import (
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -107,5 +108,25 @@ func TestEffectiveLimits(t *testing.T) {
 				t.Errorf("errors = %q\nwant %q", gotErr, tt.wantErr)
 			}
 		})
+	}
+}
+
+// A profile limit given as a value that reads as zero is refused, naming
+// it: "0s" used to become the 2-minute default, 1e-400 an unbounded cost.
+func TestAProfileLimitThatReadsAsZeroIsRefused(t *testing.T) {
+	t.Parallel()
+	for limit, field := range map[string]string{
+		"max_active: 0s":            "/agents/helper/limits/max_active",
+		"max_active: 0.0000000001s": "/agents/helper/limits/max_active",
+		"max_cost_usd: 1e-400":      "/agents/helper/limits/max_cost_usd",
+	} {
+		given := strings.Replace(validYAML, "      max_active: 30s\n", "      "+limit+"\n", 1)
+		if given == validYAML {
+			t.Fatal("the test's config has no agents.helper.limits.max_active to replace")
+		}
+		_, err := config.Load(files(given), "loopgate.yaml")
+		if err == nil || !strings.Contains(err.Error(), field) {
+			t.Errorf("%s: err %v, want one naming %s", limit, err, field)
+		}
 	}
 }
