@@ -120,10 +120,11 @@ const maxDescription = 512
 // on the manifest's subject per call, under the call's deadline (and never
 // longer than the manifest's timeout).
 //
-// It classifies how a call ended, for the worker: no responders and a
-// connection that is closed before the request is sent wrap ErrTransient
-// (nothing ran); a connection that closes while the request waits for its
-// reply wraps ErrOutcomeUnknown; the end of ctx returns ctx's error (a
+// It classifies how a call ended, for the worker: no responders, a
+// connection that is closed before the request is sent and a request the
+// client refuses to buffer while it reconnects wrap ErrTransient (nothing
+// ran); a connection that closes while the request waits for its reply
+// wraps ErrOutcomeUnknown; the end of ctx returns ctx's error (a
 // timeout: for a write, the outcome is unknown); an error reply is a
 // *RemoteError; a
 // reply that is not {"result": …}, or whose result breaks result_schema,
@@ -178,6 +179,13 @@ func requestError(ctx context.Context, tool, subject string, err error) error {
 		return fmt.Errorf("tool %q (nats %s): %w (%w)", tool, subject, ctx.Err(), err)
 	case errors.Is(err, nats.ErrNoResponders):
 		return fmt.Errorf("%w: tool %q: no tool service answers on %s: %w", ErrTransient, tool, subject, err)
+	case errors.Is(err, nats.ErrReconnectBufExceeded):
+		// The client refused to buffer the request while it reconnects
+		// (nats.go's publish checks this before queueing a byte): it was
+		// never sent, and a retry once the connection is back may succeed.
+		// nats.go's other refusals before sending (a bad subject, headers
+		// or a payload the server does not take) would fail again.
+		return fmt.Errorf("%w: tool %q (nats %s): request not sent: the connection is reconnecting and its buffer is full: %w", ErrTransient, tool, subject, err)
 	case errors.Is(err, nats.ErrConnectionClosed), errors.Is(err, nats.ErrConnectionDraining), errors.Is(err, nats.ErrDisconnected):
 		// The connection was open when the request went: nats.go gives
 		// the same error when it closes while the request waits for its

@@ -229,7 +229,7 @@ func newTool(i int, m Manifest, builtins Builtins, resolvable map[string]bool, o
 	if err != nil {
 		return nil, &ManifestError{Tool: m.Name, Index: i, Field: "args_schema", Reason: "args_schema " + err.Error()}
 	}
-	schema, err := compileSchema(params)
+	schema, err := CompileArgsSchema(params)
 	if err != nil {
 		return nil, &ManifestError{Tool: m.Name, Index: i, Field: "args_schema", Reason: "args_schema does not compile", Err: err}
 	}
@@ -287,8 +287,13 @@ func effectiveSchema(raw json.RawMessage) (json.RawMessage, []string, error) {
 	return params, fields, nil
 }
 
-// compileSchema compiles an effective schema without touching the network.
-func compileSchema(params json.RawMessage) (*jsonschema.Schema, error) {
+// CompileArgsSchema compiles an effective args_schema (EffectiveSchema's
+// output) as the registry does: without touching the network, asserting
+// "format", and refusing a $ref that does not resolve within the schema.
+// A tool service that checks arguments itself (toolsvc.ArgsSchema) uses it
+// too, so it refuses exactly what loopgate refuses. Validation with the
+// result must be serialized (see schemas.CompileBytes).
+func CompileArgsSchema(params json.RawMessage) (*jsonschema.Schema, error) {
 	c := jsonschema.NewCompiler()
 	// The compiler fetches http(s) $refs by default. A registry is built at
 	// startup from local config: it must not depend on, or be steered by,

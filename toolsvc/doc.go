@@ -20,5 +20,7 @@
 // whose code tells loopgate how to classify it — Transient (503) for a
 // failure that had no effect and that a retry may cure, BadRequest (400),
 // or any *Error; anything else is a 500 whose details stay in this
-// process's log. The wire contract is in the README ("Remote tools").
+// process's log, as is a panic in the handler, in its result's
+// MarshalJSON or in its error's methods, and a typed nil *Error. The
+// wire contract is in the README ("Remote tools").
 package toolsvc

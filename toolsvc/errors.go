@@ -55,11 +55,26 @@ func msg(err error) string {
 
 // replyError maps a handler's error to the reply's code and description.
 // (A call whose own context has ended gets no reply at all; see serve.)
+//
+// It runs the error's own methods (Unwrap, As, Is, Error), the handler's
+// code: a panic in them is a 500, as the handler's own is, not the end of
+// the process.
 func replyError(err error) (code int, description string) {
+	defer func() {
+		if recover() != nil {
+			code, description = http.StatusInternalServerError, "internal error"
+		}
+	}()
 	var e *Error
-	switch {
-	case errors.As(err, &e):
+	if errors.As(err, &e) {
+		if e == nil {
+			// A typed nil (var e *Error; …; return v, e): a non-nil
+			// error that says nothing, a handler's bug.
+			return http.StatusInternalServerError, "internal error"
+		}
 		return e.Code, e.Description
+	}
+	switch {
 	case errors.Is(err, tools.ErrTransient):
 		return http.StatusServiceUnavailable, "unavailable: " + err.Error()
 	case errors.Is(err, context.DeadlineExceeded):

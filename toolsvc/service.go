@@ -114,6 +114,7 @@ type Service struct {
 
 	sem     chan struct{}  // one token per call in progress
 	calls   sync.WaitGroup // calls in progress
+	drained chan struct{}  // closed when the first Stop is done with micro
 	halt    chan struct{}  // closed when Stop gives up waiting: cancels every call
 	haltNow sync.Once
 }
@@ -124,7 +125,7 @@ type endpoint struct {
 	handler       Handler
 	metadata      map[string]string
 	args          *jsonschema.Schema // nil: arguments are not checked here
-	argsMu        sync.Mutex         // serializes args validation (see schemas.CompileBytes)
+	argsMu        sync.Mutex         // serializes args validation (see tools.CompileArgsSchema)
 
 	inFlight, busy, failed atomic.Int64
 }
@@ -136,14 +137,17 @@ type EndpointOption func(*endpoint) error
 // metadata (MetadataArgsSchema, as its effective canonical form) and
 // checks every request against it, answering 400 to arguments that do not
 // match: loopgate validated them already, but anyone who may publish on
-// the subject can call the service directly.
+// the subject can call the service directly. It compiles the schema as
+// loopgate's registry does (tools.CompileArgsSchema: formats asserted, a
+// $ref that does not resolve refused), so the two refuse the same
+// arguments.
 func ArgsSchema(schema json.RawMessage) EndpointOption {
 	return func(e *endpoint) error {
 		eff, err := tools.EffectiveSchema(schema)
 		if err != nil {
 			return err
 		}
-		s, err := schemas.CompileBytes(eff)
+		s, err := tools.CompileArgsSchema(eff)
 		if err != nil {
 			return fmt.Errorf("args_schema: %w", err)
 		}
@@ -190,11 +194,12 @@ func New(nc *nats.Conn, cfg *Config) (*Service, error) {
 	}
 	c.Metadata = maps.Clone(c.Metadata)
 	return &Service{
-		nc:   nc,
-		cfg:  c,
-		log:  c.Logger.With("service", c.Name),
-		sem:  make(chan struct{}, c.MaxConcurrent),
-		halt: make(chan struct{}),
+		nc:      nc,
+		cfg:     c,
+		log:     c.Logger.With("service", c.Name),
+		sem:     make(chan struct{}, c.MaxConcurrent),
+		halt:    make(chan struct{}),
+		drained: make(chan struct{}),
 	}, nil
 }
 
@@ -234,14 +239,19 @@ func (s *Service) Add(name, subject string, h Handler, opts ...EndpointOption) e
 // Start registers the micro service and subscribes every endpoint, and
 // returns once the server has the subscriptions: from then on the service
 // answers calls and $SRV discovery. ctx bounds that wait (at most 10s)
-// and is not retained. After an error, call Stop.
+// and is not retained. After an error, call Stop. A service once stopped
+// does not start: Stop may come first (a shutdown during startup), and
+// then no later Stop would unsubscribe what Start subscribed.
 func (s *Service) Start(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.started {
+	switch {
+	case s.stopped:
+		return fmt.Errorf("toolsvc: start %s: the service was stopped", s.cfg.Name)
+	case s.started:
 		return errors.New("toolsvc: already started")
 	}
 	md := maps.Clone(s.cfg.Metadata)
@@ -276,12 +286,18 @@ func (s *Service) Start(ctx context.Context) error {
 	return nil
 }
 
-// Stop stops taking calls (the endpoints' subscriptions are drained, and a
-// call that still arrives is answered 503) and waits for the calls in
-// progress to return. If ctx ends first, it cancels their contexts and
-// returns ctx's error without waiting further: a call cut short gets no
-// reply, so loopgate sees a timeout (an unknown outcome for a write).
-// Stop is idempotent; the connection stays open.
+// Stop stops taking calls and waits for the calls in progress to return.
+// The endpoints' subscriptions are drained: a call the server had already
+// delivered, or that still arrives, is answered 503 "stopping" (transient:
+// loopgate retries it, maybe on another instance), and Stop waits until
+// the subscriptions have handed on every such call, so closing the
+// connection once Stop returns leaves none unanswered. On a connection
+// shared with other subscriptions, that wait is also one for their
+// callbacks to get through what they had queued, for at most 10s. If ctx
+// ends first, Stop cancels the calls' contexts and returns ctx's error
+// without waiting further: a call cut short gets no reply, so loopgate
+// sees a timeout (an unknown outcome for a write). Stop is idempotent,
+// and a second Stop waits as the first does; the connection stays open.
 func (s *Service) Stop(ctx context.Context) error {
 	s.mu.Lock()
 	first := !s.stopped
@@ -289,8 +305,17 @@ func (s *Service) Stop(ctx context.Context) error {
 	svc := s.micro
 	s.mu.Unlock()
 	var err error
-	if first && svc != nil {
-		err = svc.Stop()
+	if first {
+		if svc != nil {
+			if err = svc.Stop(); err == nil {
+				err = s.awaitDrain(ctx)
+			}
+		}
+		close(s.drained)
+	}
+	select {
+	case <-s.drained:
+	case <-ctx.Done():
 	}
 	done := make(chan struct{})
 	go func() {
@@ -303,6 +328,57 @@ func (s *Service) Stop(ctx context.Context) error {
 	case <-ctx.Done():
 		s.haltNow.Do(func() { close(s.halt) })
 		return errors.Join(err, fmt.Errorf("toolsvc: stop %s: calls still running were cancelled: %w", s.cfg.Name, ctx.Err()))
+	}
+}
+
+// maxDrainWait bounds awaitDrain's wait whatever Stop's ctx: a
+// subscription callback on the connection that does not return (one that
+// called Stop, with a ctx that never ends) must not hold Stop forever.
+const maxDrainWait = 10 * time.Second
+
+// awaitDrain waits, until ctx ends (at most maxDrainWait), for the
+// endpoints' subscriptions, which micro's Stop drains, to hand every call
+// the server delivered to them to dispatch, which answers it 503 now that
+// the service is stopped. micro's Stop does not wait for that, and a call
+// still queued in a subscription when the connection closes goes
+// unanswered: a timeout to loopgate (outcome unknown, a write sent to
+// reconciliation) for a call that never ran. micro does not expose the
+// subscriptions, so it waits on the connection. The end of ctx is not an
+// error here: Stop reports it.
+func (s *Service) awaitDrain(ctx context.Context) error {
+	wctx, cancel := context.WithTimeout(ctx, maxDrainWait)
+	defer cancel()
+	if s.nc.IsConnected() {
+		// The flush's PONG comes after every message the server sent
+		// before it took the drain's UNSUBs: once it is back, they are
+		// all queued in the subscriptions. (While disconnected nothing
+		// more comes, and what came is queued.)
+		err := s.nc.FlushWithContext(wctx)
+		switch {
+		case err == nil:
+		case errors.Is(err, nats.ErrConnectionClosed):
+			return nil // the queued calls went with the connection
+		case ctx.Err() != nil:
+			return nil // Stop reports it
+		default:
+			return fmt.Errorf("toolsvc: stop %s: calls delivered before the drain may go unanswered: flush: %w", s.cfg.Name, err)
+		}
+	}
+	// A barrier runs once every callback subscription on the connection,
+	// ours among them, has handled all it had queued before it. (Another
+	// subscription's slow callback holds it up too: hence the bound.)
+	barrier := make(chan struct{})
+	if err := s.nc.Barrier(func() { close(barrier) }); err != nil {
+		return nil // closed: the queued calls went with the connection
+	}
+	select {
+	case <-barrier:
+		return nil
+	case <-wctx.Done():
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("toolsvc: stop %s: calls delivered before the drain may go unanswered: subscriptions still busy after %s", s.cfg.Name, maxDrainWait)
 	}
 }
 
@@ -395,16 +471,14 @@ func (s *Service) serve(e *endpoint, msg *nats.Msg, received time.Time) {
 		return
 	}
 	if err == nil {
-		body, merr := json.Marshal(struct {
-			Result any `json:"result"`
-		}{v})
-		if merr == nil {
+		var body []byte
+		if body, err = marshalResult(v); err == nil {
 			if err = s.nc.Publish(msg.Reply, body); err == nil {
 				return
 			}
 			log.Error("reply", "err", err)
+			err = fmt.Errorf("result: %w", err)
 		}
-		err = fmt.Errorf("result: %w", errors.Join(merr, err))
 	}
 	e.failed.Add(1)
 	if ctx.Err() != nil {
@@ -452,6 +526,25 @@ func (s *Service) run(ctx context.Context, e *endpoint, req Request) (v any, err
 		}
 	}()
 	return e.handler(ctx, req)
+}
+
+// marshalResult encodes a result as a reply's body. A result's
+// MarshalJSON is the handler's code as much as the handler is: its panic
+// is recovered into an error (a 500) as the handler's is in run, not left
+// to kill the process.
+func marshalResult(v any) (body []byte, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			body, err = nil, fmt.Errorf("result: encoding panicked: %v", p)
+		}
+	}()
+	body, err = json.Marshal(struct {
+		Result any `json:"result"`
+	}{v})
+	if err != nil {
+		return nil, fmt.Errorf("result: %w", err)
+	}
+	return body, nil
 }
 
 // stats is the micro STATS data of an endpoint: micro counts requests, but
