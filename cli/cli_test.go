@@ -73,14 +73,16 @@ func TestDemoInteractiveDenialReachesTheModelAndTheRunGoesOn(t *testing.T) {
 	}
 	// The model is told, and the scripted model goes on with its next
 	// decision: the next two drafts are asked for and denied in turn (no
-	// more input), nothing is written, and the run ends with the script's
-	// final answer — which claims drafts the trail shows were denied.
+	// more input), nothing is written, and the script's final answer
+	// claims drafts the trail shows were denied: loopgate stops the run as
+	// completion_unverified, naming the claim (the demo exits 0: that is
+	// what a denial at the prompt should end in).
 	if n := strings.Count(s, `"message":"DENIED by supervisor@cityops: denied at the demo prompt. Propose an alternative."`); n != 3 {
 		t.Errorf("the model saw %d denials, want 3:\n%s", n, s)
 	}
 	for _, want := range []string{"step 4    proposed                  draft_escalation{\"request_id\":\"SR-10422\"",
 		"step 5    proposed                  draft_escalation{\"request_id\":\"SR-10423\"",
-		"finished: done", "outbox: empty", "the answer claims 3 drafts and the outbox holds 0"} {
+		"finished: completion_unverified", `why: the final answer lists "SR-10421" under drafts_created, and no write of this run succeeded`, "outbox: empty"} {
 		if !strings.Contains(s, want) {
 			t.Errorf("interactive demo output lacks %q:\n%s", want, s)
 		}

@@ -166,7 +166,14 @@ func runDemo(ctx context.Context, e env, args []string) int {
 			fmt.Fprintf(e.stdout, "\nto replay it later, run the demo with --keep: its data is removed now\n")
 		}
 	}
-	if want := expectedReason[sc.Name]; want != "" && finished.Reason != want {
+	want := expectedReason[sc.Name]
+	if *interact && want == events.ReasonDone && finished.Reason == events.ReasonCompletionUnverified {
+		// The script's final answer claims every draft it proposed,
+		// whatever the human at the prompt decided: loopgate refusing
+		// the claim of a denied draft is the demo working.
+		want = finished.Reason
+	}
+	if want != "" && finished.Reason != want {
 		fmt.Fprintf(e.stderr, "loopgate demo: scenario %s ended %s, expected %s\n", sc.Name, finished.Reason, want)
 		return exitStopped
 	}
