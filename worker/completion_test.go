@@ -1,12 +1,18 @@
 package worker_test
 
 import (
+	"context"
+	"encoding/json"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/loopgate/loopgate/approvals"
 	"github.com/loopgate/loopgate/config"
 	"github.com/loopgate/loopgate/events"
 	"github.com/loopgate/loopgate/model"
+	"github.com/loopgate/loopgate/tools"
 )
 
 // claimingDraft is a profile that proposes one draft of SR-10421, then
@@ -70,6 +76,37 @@ func TestAFinalAnswerMayClaimOnlyTheDraftsItsWritesMade(t *testing.T) {
 			}
 			if fin.Reason == events.ReasonCompletionUnverified && fin.Final != nil {
 				t.Errorf("an unverified answer was kept as the run's final answer: %+v", fin.Final)
+			}
+		})
+	}
+}
+
+// A write whose unknown outcome a human marked done shows no result: the
+// values it was asked to write (its arguments) back the claim; a value it
+// was not asked for still does not.
+func TestADraftAHumanMarkedDoneMayBeClaimed(t *testing.T) {
+	t.Parallel()
+	for claimed, want := range map[string]events.Reason{`["T-7"]`: events.ReasonDone, `["T-8"]`: events.ReasonCompletionUnverified} {
+		t.Run(claimed, func(t *testing.T) {
+			t.Parallel()
+			var runs atomic.Int32
+			m, fns := ungated("create_ticket", &runs, func(ctx context.Context, c tools.Call) (any, error) {
+				<-ctx.Done() // times out: the outcome is unknown
+				return nil, ctx.Err()
+			})
+			m.Timeout = events.Duration(300 * time.Millisecond)
+			m.ArgsSchema = json.RawMessage(`{"type":"object","properties":{"title":{"type":"string"}}}`)
+			b := setup(t, options{
+				tools: []tools.Manifest{m}, builtins: fns, roles: writerRoles("create_ticket"),
+				agents: map[string]config.Profile{"ticketer": profile("create_ticket")},
+				scripts: map[string]model.Model{"ticketer": scripted(t, `{"tool_calls":[{"tool":"create_ticket","args":{"title":"T-7"}}]}`,
+					`{"final_answer":{"summary":"ok","drafts_created":`+claimed+`}}`)},
+			})
+			runID := b.submit(task("claims-mark-done-"+claimed[2:5], "ticketer"))
+			b.autoApprove(runID, "supervisor@cityops", string(approvals.MarkDone), "the ticket is there")
+			fin := last[events.FinishedData](t, b.waitEnd(runID), events.TypeFinished)
+			if fin.Reason != want {
+				t.Fatalf("claimed %s after mark_done: finished %s (%s), want %s", claimed, fin.Reason, fin.Detail, want)
 			}
 		})
 	}
