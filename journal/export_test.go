@@ -26,3 +26,10 @@ func HoldGroup(j *Journal) (queued func() int, release func()) {
 	}
 	return queued, func() { go g.fly() }
 }
+
+// CachedEvents reports how many events of a run j's run cache holds, and
+// whether it holds the run at all.
+func CachedEvents(j *Journal, tenant, runID string) (int, bool) {
+	evs, _, ok := j.cache.get(runKey(tenant, runID))
+	return len(evs), ok
+}

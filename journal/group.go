@@ -127,9 +127,14 @@ func (g *group) append(ctx context.Context, last uint64, evs []events.Event, sto
 	if len(evs) == 0 {
 		return last, nil
 	}
-	// The flight reads the share's events after the caller may have gone
-	// (its ctx ended): copies, so the caller's slices stay its own.
-	s := &share{ctx: ctx, last: last, evs: slices.Clone(evs), stored: slices.Clone(stored), atomic: atomic, done: make(chan struct{})}
+	// The flight may read the share's events after the caller has gone
+	// (its ctx ended): a copy, so the caller's slice stays its own. stored
+	// is the flight's output (each event's encoding, for the run cache),
+	// read by the caller only after an outcome without error: a copy of it
+	// left the cache empty after every group append, and each next read
+	// of the run fetched its events one by one (approval=required at
+	// sync always lost a third of its rate).
+	s := &share{ctx: ctx, last: last, evs: slices.Clone(evs), stored: stored, atomic: atomic, done: make(chan struct{})}
 	g.mu.Lock()
 	g.queue = append(g.queue, s)
 	if !g.flying {

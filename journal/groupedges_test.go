@@ -275,3 +275,28 @@ func TestGroupARefusedBatchLeavesNoBatchOpen(t *testing.T) {
 		t.Fatalf("AppendBatch with 49 batches open = %v; want it stored (the refused flight left a batch open)", err)
 	}
 }
+
+// TestGroupAppendsFillTheRunCache: a run appended through a group-commit
+// flight is in the run cache afterwards, as after an append on its own, so
+// the next read of the run does not fetch its events from the stream. A
+// copy of the flight's output (each event's encoding) once left the cache
+// empty after every group append: approval=required at sync always, whose
+// decisions read the run, lost a third of its rate.
+func TestGroupAppendsFillTheRunCache(t *testing.T) {
+	t.Parallel()
+	env := natstest.Start(t)
+	j := groupJournal(t, env, 2)
+	appends := newRuns("cached", 4, 3)
+	flyTogether(t, j, appends)
+	if st := j.GroupStats(); st.Batches != 1 {
+		t.Fatalf("group stats %+v: want the appends in one batch", st)
+	}
+	for _, a := range appends {
+		if a.err != nil {
+			t.Fatal(a.err)
+		}
+		if n, ok := journal.CachedEvents(j, a.evs[0].Tenant, a.evs[0].RunID); !ok || n != len(a.evs) {
+			t.Errorf("run %s after a group append: cache holds %d events (cached %v), want its %d", a.evs[0].RunID, n, ok, len(a.evs))
+		}
+	}
+}
