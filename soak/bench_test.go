@@ -3,6 +3,7 @@
 package soak
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -42,11 +43,24 @@ func TestBenchUnderKills(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The count the kills wait for. Each read is bounded (a request to a
+	// leader that just died used to take the client's 5 s timeout), and a
+	// read that fails keeps the last count, with its error kept for the
+	// failure message: once, after a node's restart, every read failed
+	// until the bench had ended, and the test could only say "before N
+	// events".
+	var lastCount uint64
+	var lastErr error
 	eventsNow := func() uint64 {
-		if si, err := stream.Info(t.Context()); err == nil {
-			return si.State.Msgs
+		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		defer cancel()
+		si, err := stream.Info(ctx)
+		if err != nil {
+			lastErr = err
+			return lastCount
 		}
-		return 0 // no leader for a moment
+		lastCount, lastErr = si.State.Msgs, nil
+		return lastCount
 	}
 	baseEvents := eventsNow()
 
@@ -62,7 +76,7 @@ func TestBenchUnderKills(t *testing.T) {
 		for eventsNow() < target {
 			select {
 			case <-bench.done:
-				t.Fatalf("bench exited (code %d) before %d events:\n%s", bench.code(), target, tail(bench.logPath, 40))
+				t.Fatalf("bench exited (code %d) before %d events (the stream's count read %d, last error %v):\n%s", bench.code(), target, lastCount, lastErr, tail(bench.logPath, 40))
 			case <-time.After(100 * time.Millisecond):
 			}
 		}
