@@ -2,6 +2,7 @@ package config
 
 import (
 	"cmp"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strconv"
@@ -121,4 +122,22 @@ func tighten[T int | events.Duration](eff *T, task T, key string, show func(T) s
 	}
 	*eff = task
 	return nil
+}
+
+// ZeroLimits refuses each limit that given (a limits object as written,
+// by key) names and l, its decoding, holds as zero, which the limits take
+// for "not set": "max_active": "0s" (or "0.0000000001s") passes the
+// schemas, as does "max_cost_usd": 1e-400 in a task, and either would
+// leave the run the looser limit of what is not set, or no cost bound at
+// all. Fields are named under at; unset says what leaving one out gives.
+// The count limits have a schema minimum of 1.
+func ZeroLimits(given map[string]json.RawMessage, l events.Limits, at, unset string) []events.FieldError {
+	var errs []events.FieldError
+	if _, ok := given["max_active"]; ok && l.MaxActive == 0 {
+		errs = append(errs, events.FieldError{Field: at + "/max_active", Message: "is zero: give a positive duration, or leave it out for " + unset})
+	}
+	if _, ok := given["max_cost_usd"]; ok && l.MaxCostUSD == 0 {
+		errs = append(errs, events.FieldError{Field: at + "/max_cost_usd", Message: "is zero once read (too small for a float64): give a positive amount, or leave it out for " + unset})
+	}
+	return errs
 }

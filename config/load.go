@@ -114,11 +114,8 @@ func load(fsys fs.FS, name, display string) (*Config, error) {
 	return &c, nil
 }
 
-// zeroLimits refuses a profile limit given as a value that reads as zero,
-// which the defaults take for "not set": max_active "0s" (or
-// "0.0000000001s") passes the schema and used to become the 2-minute
-// default; max_cost_usd 1e-400 passes exclusiveMinimum 0, reads as 0 and
-// used to leave the cost unbounded. The counts have a schema minimum.
+// zeroLimits refuses a profile limit written as a value that reads as
+// zero (see ZeroLimits): "0s" used to become the 2-minute default.
 func zeroLimits(doc []byte, c *Config) []events.FieldError {
 	var given struct {
 		Agents map[string]struct {
@@ -130,13 +127,7 @@ func zeroLimits(doc []byte, c *Config) []events.FieldError {
 	}
 	var errs []events.FieldError
 	for _, name := range sortedKeys(given.Agents) {
-		l, at := c.Agents[name].Limits, "/agents/"+escape(name)+"/limits/"
-		if _, ok := given.Agents[name].Limits["max_active"]; ok && l.MaxActive == 0 {
-			errs = append(errs, events.FieldError{Field: at + "max_active", Message: "is zero: give a positive duration, or leave it out for the default"})
-		}
-		if _, ok := given.Agents[name].Limits["max_cost_usd"]; ok && l.MaxCostUSD == 0 {
-			errs = append(errs, events.FieldError{Field: at + "max_cost_usd", Message: "is zero once read (too small for a float64): give a positive amount, or leave it out for no cost bound"})
-		}
+		errs = append(errs, ZeroLimits(given.Agents[name].Limits, c.Agents[name].Limits, "/agents/"+escape(name)+"/limits", "the default")...)
 	}
 	return errs
 }

@@ -12,7 +12,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/go-json-experiment/json/jsontext"
 	"github.com/kaptinlin/jsonschema"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -882,13 +881,11 @@ func (p *Pool) parseApproval(data []byte) (m *approvals.Message, detail string, 
 	refuse := func(why string) (*approvals.Message, string, []events.FieldError) {
 		return nil, why, []events.FieldError{{Message: why}}
 	}
-	switch {
-	case len(data) > maxApprovalBytes:
+	if len(data) > maxApprovalBytes {
 		return refuse(fmt.Sprintf("message is %d bytes, over the limit of %d", len(data), maxApprovalBytes))
-	case !json.Valid(data):
-		return refuse("message is not valid JSON")
-	case !jsontext.Value(data).IsValid():
-		return refuse("message repeats a member name in an object, or holds invalid UTF-8: each name may appear once")
+	}
+	if why := notStrictJSON("message", data); why != "" {
+		return refuse(why)
 	}
 	m = new(approvals.Message)
 	_ = json.Unmarshal(data, m)

@@ -70,14 +70,26 @@ func (p *decisionParser) parse(out []byte, step int) (*events.Decision, []events
 	return d, nil
 }
 
+// notStrictJSON says why data, outside input named what, is not JSON as a
+// strict reader takes it, or "" when it is: not JSON at all, or JSON that
+// repeats a member name (encoding/json keeps the last value, the schema's
+// validator refuses it) or holds invalid UTF-8. Decisions, tasks and
+// approvals are all read so.
+func notStrictJSON(what string, data []byte) string {
+	switch {
+	case !json.Valid(data):
+		return what + " is not valid JSON"
+	case !jsontext.Value(data).IsValid():
+		return what + " repeats a member name in an object, or holds invalid UTF-8: each name may appear once"
+	}
+	return ""
+}
+
 // validate checks out against the decision schema and decodes it: the
 // errors name the fields at fault.
 func (p *decisionParser) validate(out []byte) (*wireDecision, []events.FieldError) {
-	switch {
-	case !json.Valid(out):
-		return nil, []events.FieldError{{Message: "decision is not valid JSON"}}
-	case !jsontext.Value(out).IsValid():
-		return nil, []events.FieldError{{Message: "decision repeats a member name in an object, or holds invalid UTF-8: each name may appear once"}}
+	if why := notStrictJSON("decision", out); why != "" {
+		return nil, []events.FieldError{{Message: why}}
 	}
 	if res := p.schema.ValidateJSON(out); !res.IsValid() {
 		errs := schemas.Errors(res)

@@ -6,8 +6,6 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/go-json-experiment/json/jsontext"
-
 	"github.com/loopgate/loopgate/config"
 	"github.com/loopgate/loopgate/events"
 	"github.com/loopgate/loopgate/schemas"
@@ -33,15 +31,10 @@ func (p *Pool) decodeTask(tenant, subject string, data []byte) (events.Task, eve
 		lenientTaskID(data, &task)
 		return reject("", fmt.Sprintf("task is %d bytes, over the limit of %d", len(data), n), nil)
 	}
-	if !json.Valid(data) {
-		return reject("", "task is not valid JSON", nil)
-	}
-	if !jsontext.Value(data).IsValid() {
-		// Valid to encoding/json, which keeps a repeated name's last
-		// value; the schema's validator refuses it, and the rejection
-		// used to say "is not valid JSON", naming nothing.
+	if why := notStrictJSON("task", data); why != "" {
+		// A repeated name used to be rejected as "not valid JSON".
 		lenientTaskID(data, &task)
-		return reject("", "task repeats a member name in an object, or holds invalid UTF-8: each name may appear once", nil)
+		return reject("", why, nil)
 	}
 	if res := p.taskSchema.ValidateJSON(data); !res.IsValid() {
 		errs := schemas.Errors(res)
@@ -59,8 +52,8 @@ func (p *Pool) decodeTask(tenant, subject string, data []byte) (events.Task, eve
 		e := schemas.DecodeErrorIn(data, err)
 		return reject(e.Field, e.Message, []events.FieldError{e})
 	}
-	if e := zeroLimit(data, task.Limits); e != nil {
-		return reject(e.Field, e.Message, []events.FieldError{*e})
+	if errs := zeroTaskLimits(data, task.Limits); len(errs) > 0 {
+		return reject(errs[0].Field, errs[0].Message, errs)
 	}
 	if task.Tenant != tenant {
 		return reject("/tenant", fmt.Sprintf("tenant %q does not match the subject's tenant %q", task.Tenant, tenant), nil)
@@ -85,14 +78,11 @@ func (p *Pool) decodeTask(tenant, subject string, data []byte) (events.Task, eve
 	return task, limits, nil
 }
 
-// zeroLimit finds a task limit that was given but decodes to zero, which
-// the limits read as "not set": "max_active": "0s" (or "0.0000000001s")
-// and "max_cost_usd": 1e-400 pass the schema, and the run used to get the
-// profile's looser limit, or no cost bound at all. The count limits have a
-// schema minimum of 1.
-func zeroLimit(data []byte, l *events.Limits) *events.FieldError {
+// zeroTaskLimits refuses a task limit given as a value that reads as zero
+// (config.ZeroLimits): the run used to get the profile's looser limit.
+func zeroTaskLimits(data []byte, l *events.Limits) []events.FieldError {
 	if l == nil || (l.MaxActive != 0 && l.MaxCostUSD != 0) {
-		return nil
+		return nil // most tasks: nothing to read again
 	}
 	var given struct {
 		Limits map[string]json.RawMessage `json:"limits"`
@@ -100,13 +90,7 @@ func zeroLimit(data []byte, l *events.Limits) *events.FieldError {
 	if json.Unmarshal(data, &given) != nil {
 		return nil
 	}
-	if _, ok := given.Limits["max_active"]; ok && l.MaxActive == 0 {
-		return &events.FieldError{Field: "/limits/max_active", Message: "is zero: give a positive duration, or leave it out for the profile's"}
-	}
-	if _, ok := given.Limits["max_cost_usd"]; ok && l.MaxCostUSD == 0 {
-		return &events.FieldError{Field: "/limits/max_cost_usd", Message: "is zero once read (too small for a float64): give a positive amount, or leave it out for the profile's"}
-	}
-	return nil
+	return config.ZeroLimits(given.Limits, *l, "/limits", "the profile's")
 }
 
 // lenientTaskID picks a usable task_id out of an otherwise invalid task, so
