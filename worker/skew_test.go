@@ -21,7 +21,7 @@ type skewed struct{ ahead atomic.Int64 }
 func (s *skewed) now() time.Time          { return time.Now().Add(time.Duration(s.ahead.Load())) }
 func (s *skewed) set(ahead time.Duration) { s.ahead.Store(int64(ahead)) }
 
-// liveWrite starts a run whose write (1 s timeout) stays in its tool until
+// liveWrite starts a run whose write (1.5 s timeout) stays in its tool until
 // released, past its deadline if need be, and returns once the tool has
 // been entered.
 func liveWrite(t *testing.T, clock *skewed, id string) (b *bundle, runID string, runs *atomic.Int32, release func()) {
@@ -34,7 +34,7 @@ func liveWrite(t *testing.T, clock *skewed, id string) (b *bundle, runID string,
 		<-released
 		return map[string]string{"ticket": "T-" + c.OperationID[:8]}, nil
 	})
-	m.Timeout = events.Duration(time.Second)
+	m.Timeout = events.Duration(1500 * time.Millisecond)
 	b = setup(t, options{
 		tools: []tools.Manifest{m}, builtins: fns, roles: writerRoles("create_ticket"),
 		agents:  map[string]config.Profile{"ticketer": profile("create_ticket")},
@@ -54,19 +54,22 @@ func liveWrite(t *testing.T, clock *skewed, id string) (b *bundle, runID string,
 }
 
 // The README asks for worker clocks in sync to well under the lease grace
-// (2 s). A worker whose clock is ahead by less than that (1.2 s), woken on
-// a run whose write is still in its tool near the attempt's deadline
-// (0.9 s into 1 s), reads the attempt's lease as live: it schedules the
-// run's wake-up for the lease's end and lets go, and the write runs once,
-// recorded by the worker that began it. With a 1 s grace the same worker
-// would take the write over.
+// (2 s). A worker whose clock is ahead by less than that (1.6 s), woken on
+// a run whose write is still in its tool (0.5 s into 1.5 s), reads the
+// attempt 0.6 s past its deadline, and only the grace keeps the lease
+// live: it schedules the run's wake-up for the lease's end and lets go, and
+// the write runs once, recorded by the worker that began it. With a 0.5 s
+// grace the same worker would take the write over. The test has 1 s to
+// see the wake-up handled and release the tool before the attempt's own
+// deadline (0.1 s once failed CI on a slow machine), and the waking
+// worker 1.4 s to read the lease.
 func TestAWorkerAheadByLessThanTheGraceLeavesALiveWriteAlone(t *testing.T) {
 	t.Parallel()
 	clock := new(skewed)
 	b, runID, runs, release := liveWrite(t, clock, "skew-within-1")
 	began := b.waitType(runID, events.TypeExecuting, 1).Time
-	time.Sleep(time.Until(began.Add(900 * time.Millisecond)))
-	clock.set(1200 * time.Millisecond)
+	time.Sleep(time.Until(began.Add(500 * time.Millisecond)))
+	clock.set(1600 * time.Millisecond)
 	if _, err := b.env.JS.Publish(t.Context(), events.ResumeSubject("cityops", runID), nil); err != nil {
 		t.Fatal(err)
 	}
