@@ -128,6 +128,9 @@ func checkSettings(o stackOptions, embedded bool) error {
 		return fmt.Errorf("--replicas (server.replicas) %d: want 1 to 5", o.replicas)
 	case o.ackWait < 100*time.Millisecond:
 		return fmt.Errorf("--ack-wait (server.ack_wait) %s: want at least 100ms", o.ackWait)
+	case o.idemMaxAge != 0 && o.idemMaxAge < o.layout().MinIdempotencyMaxAge():
+		return fmt.Errorf("server.idempotency_max_age %s: want at least %s, a day beyond the %d deliveries' deadlines (--ack-wait, server.max_deliver): a crashed write's record must outlive its run's redeliveries",
+			o.idemMaxAge, o.layout().MinIdempotencyMaxAge(), cmp.Or(o.maxDeliver, 5))
 	case !embedded:
 		return nil
 	}
@@ -197,6 +200,7 @@ func serve(ctx context.Context, e env, f serveFlags, workerOnly bool) int {
 		// The config's zero ack_wait is the journal's default.
 		ackWait:    orConfig(&f, "ack-wait", f.ackWait, cmp.Or(cfg.Server.AckWait.D(), journal.DefaultAckWait)),
 		maxDeliver: cfg.Server.MaxDeliver,
+		idemMaxAge: cfg.Server.IdempotencyMaxAge.D(),
 		crash:      crashHook(os.Getenv(crashEnv), log),
 		workers:    orConfig(&f, "workers", f.workers, cfg.Server.Workers),
 		log:        log,

@@ -75,6 +75,13 @@ func TestServeNamesTheFlagAndConfigKeyOfABadSetting(t *testing.T) {
 		{"listen", []string{"serve", "--listen", "bogus"}, `--listen (server.listen) "bogus": want host:port`},
 		{"listen port", []string{"serve", "--listen", "127.0.0.1:70000"}, `--listen (server.listen) "127.0.0.1:70000"`},
 		{"listen in the config", []string{"serve", "--config", configWithServer(t, "  listen: bogus\n")}, `--listen (server.listen) "bogus"`},
+		// A record must outlive its run's redeliveries: with the default
+		// deadlines (30s, 1, 2, 4, 4 min) and a day beyond them, and with
+		// a longer ack wait from the flag, whose deadlines move the least.
+		{"idempotency max age", []string{"worker", "--nats", url, "--config", configWithServer(t, "  idempotency_max_age: 24h\n")},
+			"server.idempotency_max_age 24h0m0s: want at least 24h11m30s, a day beyond the 5 deliveries' deadlines"},
+		{"idempotency max age and ack wait", []string{"serve", "--ack-wait", "10m", "--config", configWithServer(t, "  idempotency_max_age: 24h30m\n")},
+			"server.idempotency_max_age 24h30m0s: want at least 24h50m0s"},
 		// The config's own check, before any flag is read.
 		{"ack wait in the config", []string{"worker", "--nats", url, "--config", configWithServer(t, "  ack_wait: 50ms\n")},
 			"/server/ack_wait: must be at least 100ms, not 50ms"},

@@ -40,9 +40,15 @@ type stackOptions struct {
 	groupCommit  bool          // journal.WithGroupCommit
 	ackWait      time.Duration // 0: journal's default
 	maxDeliver   int           // 0: journal's default
+	idemMaxAge   time.Duration // 0: journal's default
 	crash        func(point string)
 	workers      int // 0: no workers (a client-only stack)
 	log          *slog.Logger
+}
+
+// layout is what the stack asks journal.Ensure for.
+func (o stackOptions) layout() journal.Layout {
+	return journal.Layout{Replicas: o.replicas, AckWait: o.ackWait, MaxDeliver: o.maxDeliver, IdempotencyMaxAge: o.idemMaxAge}
 }
 
 // stack is a running loopgate: maybe an embedded server, a connection,
@@ -121,7 +127,7 @@ func startStack(ctx context.Context, o stackOptions) (_ *stack, err error) {
 		return nil, err
 	}
 	err = untilJetStreamAnswers(ctx, o.log, "ensure the layout", refused.step(s.nc, func(ctx context.Context) error {
-		return journal.Ensure(ctx, s.js, journal.Layout{Replicas: o.replicas, AckWait: o.ackWait, MaxDeliver: o.maxDeliver})
+		return journal.Ensure(ctx, s.js, o.layout())
 	}))
 	if err != nil {
 		return nil, err

@@ -110,6 +110,11 @@ type Server struct {
 	// MaxDeliver bounds deliveries of a work message; then its run stops
 	// with reason error. Defaults to 5.
 	MaxDeliver int `json:"max_deliver,omitempty"`
+	// IdempotencyMaxAge is how long an operation's record stays in
+	// loopgate_idempotency after its last write. Defaults to 720h (30
+	// days); at least a day beyond the work messages' delivery deadlines
+	// (ack_wait, doubled at each of max_deliver deliveries).
+	IdempotencyMaxAge events.Duration `json:"idempotency_max_age,omitempty"`
 }
 
 // Intake bounds incoming tasks.

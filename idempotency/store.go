@@ -4,7 +4,8 @@
 // the outcome: a second execution with the same id and hash gets the
 // recorded result instead of running the tool again, and the same id with
 // other arguments is a conflict. Records are never deleted (KV Create is not
-// atomic across a delete); they only age out.
+// atomic across a delete); they only age out, by the bucket's max age
+// (journal.Layout.IdempotencyMaxAge) counted from their last write.
 package idempotency
 
 import (

@@ -106,13 +106,33 @@ type Layout struct {
 	// EventsMaxAge ages events out of StreamEvents. Defaults to 0: events
 	// are kept forever (the audit log is the product).
 	EventsMaxAge time.Duration
+	// IdempotencyMaxAge ages an operation's record out of
+	// BucketIdempotency this long after its last write. Defaults to
+	// DefaultIdempotencyMaxAge. A record is read only while its run can
+	// still resume the operation: by the worker that claims it, and by one
+	// that resumes the run after a crash between its executing and its
+	// executed event, which JetStream redelivers within the consumer's
+	// delivery deadlines; so it must outlast all of them (validate), and
+	// it keeps a day beyond them for outages and for a human to answer an
+	// unknown outcome (an answer after the record is gone still stands:
+	// retry runs the tool, as asked). Records are never deleted: KV
+	// Create is not atomic across a delete.
+	IdempotencyMaxAge time.Duration
 }
+
+// DefaultIdempotencyMaxAge is Layout.IdempotencyMaxAge's default: 30 days.
+const DefaultIdempotencyMaxAge = 30 * 24 * time.Hour
+
+// idempotencySlack is how much longer than the work consumer's delivery
+// deadlines together an idempotency record must live.
+const idempotencySlack = 24 * time.Hour
 
 func (l Layout) withDefaults() Layout {
 	l.Replicas = cmp.Or(l.Replicas, 1)
 	l.AckWait = cmp.Or(l.AckWait, DefaultAckWait)
 	l.MaxDeliver = cmp.Or(l.MaxDeliver, 5)
 	l.MaxAckPending = cmp.Or(l.MaxAckPending, 1024)
+	l.IdempotencyMaxAge = cmp.Or(l.IdempotencyMaxAge, DefaultIdempotencyMaxAge)
 	return l
 }
 
@@ -145,8 +165,32 @@ func (l Layout) validate() error {
 		return fmt.Errorf("journal: Layout.MaxAckPending %d: want at least 1", l.MaxAckPending)
 	case l.EventsMaxAge < 0 || (l.EventsMaxAge > 0 && l.EventsMaxAge < time.Minute):
 		return fmt.Errorf("journal: Layout.EventsMaxAge %s: want 0 (forever) or at least 1m", l.EventsMaxAge)
+	case l.IdempotencyMaxAge < l.MinIdempotencyMaxAge():
+		return fmt.Errorf("journal: Layout.IdempotencyMaxAge %s: want at least %s (a day beyond the %d deliveries' deadlines, %s)",
+			l.IdempotencyMaxAge, l.MinIdempotencyMaxAge(), l.MaxDeliver, l.deliveriesSpan())
 	}
 	return nil
+}
+
+// deliveriesSpan is the longest a work message can go from its first
+// delivery to the end of its last by the consumer's deadlines: the
+// delivery n waits BackOff[n-1], the last step for every delivery past
+// the list's end.
+func (l Layout) deliveriesSpan() time.Duration {
+	steps := l.backOff()
+	var span time.Duration
+	for _, d := range steps {
+		span += d
+	}
+	return span + time.Duration(l.MaxDeliver-len(steps))*steps[len(steps)-1]
+}
+
+// MinIdempotencyMaxAge is the least IdempotencyMaxAge the layout takes,
+// given its AckWait and MaxDeliver (their defaults where zero).
+func (l Layout) MinIdempotencyMaxAge() time.Duration {
+	l.AckWait = cmp.Or(l.AckWait, DefaultAckWait)
+	l.MaxDeliver = cmp.Or(l.MaxDeliver, 5)
+	return l.deliveriesSpan() + idempotencySlack
 }
 
 func (l Layout) streams() []jetstream.StreamConfig {
@@ -227,6 +271,7 @@ func (l Layout) buckets() []jetstream.KeyValueConfig {
 			Storage:        jetstream.FileStorage,
 			Replicas:       l.Replicas,
 			LimitMarkerTTL: markerTTL,
+			TTL:            l.IdempotencyMaxAge,
 		},
 		{
 			Bucket:      BucketSessions,
@@ -367,10 +412,10 @@ func ensureBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.Key
 }
 
 // bucketAsWanted reports whether a bucket's stream has what loopgate
-// sets: replicas, storage, description, limit markers, where reads go and
-// atomic batches.
+// sets: replicas, storage, description, limit markers, max age, where
+// reads go and atomic batches.
 func bucketAsWanted(sc jetstream.StreamConfig, cfg jetstream.KeyValueConfig, want bucketStream) bool {
 	return sc.Replicas == max(cfg.Replicas, 1) && sc.Storage == cfg.Storage && sc.Description == cfg.Description &&
-		sc.SubjectDeleteMarkerTTL == cfg.LimitMarkerTTL && sc.AllowDirect == !want.leaderReads &&
+		sc.SubjectDeleteMarkerTTL == cfg.LimitMarkerTTL && sc.MaxAge == cfg.TTL && sc.AllowDirect == !want.leaderReads &&
 		sc.AllowAtomicPublish == want.atomic
 }
