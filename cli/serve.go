@@ -128,9 +128,14 @@ func checkSettings(o stackOptions, embedded bool) error {
 		return fmt.Errorf("--replicas (server.replicas) %d: want 1 to 5", o.replicas)
 	case o.ackWait < 100*time.Millisecond:
 		return fmt.Errorf("--ack-wait (server.ack_wait) %s: want at least 100ms", o.ackWait)
-	case o.idemMaxAge != 0 && o.idemMaxAge < o.layout().MinIdempotencyMaxAge():
+	case o.idempotencyMaxAge() < o.layout().MinIdempotencyMaxAge():
+		// The default too: a long enough --ack-wait outgrows it.
+		given := o.idempotencyMaxAge().String()
+		if o.idemMaxAge == 0 {
+			given += " (the default)"
+		}
 		return fmt.Errorf("server.idempotency_max_age %s: want at least %s, a day beyond the %d deliveries' deadlines (--ack-wait, server.max_deliver): a crashed write's record must outlive its run's redeliveries",
-			o.idemMaxAge, o.layout().MinIdempotencyMaxAge(), cmp.Or(o.maxDeliver, 5))
+			given, o.layout().MinIdempotencyMaxAge(), cmp.Or(o.maxDeliver, 5))
 	case !embedded:
 		return nil
 	}

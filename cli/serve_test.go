@@ -82,6 +82,9 @@ func TestServeNamesTheFlagAndConfigKeyOfABadSetting(t *testing.T) {
 			"server.idempotency_max_age 24h0m0s: want at least 24h11m30s, a day beyond the 5 deliveries' deadlines"},
 		{"idempotency max age and ack wait", []string{"serve", "--ack-wait", "10m", "--config", configWithServer(t, "  idempotency_max_age: 24h30m\n")},
 			"server.idempotency_max_age 24h30m0s: want at least 24h50m0s"},
+		// An ack wait of days outgrows the 30-day default itself.
+		{"idempotency max age by default", []string{"serve", "--ack-wait", "150h"},
+			"server.idempotency_max_age 720h0m0s (the default): want at least 774h0m0s"},
 		// The config's own check, before any flag is read.
 		{"ack wait in the config", []string{"worker", "--nats", url, "--config", configWithServer(t, "  ack_wait: 50ms\n")},
 			"/server/ack_wait: must be at least 100ms, not 50ms"},
