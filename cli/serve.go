@@ -121,6 +121,7 @@ func orConfig[T any](f *serveFlags, name string, flagValue, configValue T) T {
 // syncInterval are checked only for an embedded server: with --nats they
 // do not apply.
 func checkSettings(o stackOptions, embedded bool) error {
+	layout := o.layout().WithDefaults()
 	switch {
 	case o.workers < 1:
 		return fmt.Errorf("--workers (server.workers) %d: want at least 1", o.workers)
@@ -128,14 +129,14 @@ func checkSettings(o stackOptions, embedded bool) error {
 		return fmt.Errorf("--replicas (server.replicas) %d: want 1 to 5", o.replicas)
 	case o.ackWait < 100*time.Millisecond:
 		return fmt.Errorf("--ack-wait (server.ack_wait) %s: want at least 100ms", o.ackWait)
-	case o.idempotencyMaxAge() < o.layout().MinIdempotencyMaxAge():
+	case layout.IdempotencyMaxAge < layout.MinIdempotencyMaxAge():
 		// The default too: a long enough --ack-wait outgrows it.
-		given := o.idempotencyMaxAge().String()
+		given := layout.IdempotencyMaxAge.String()
 		if o.idemMaxAge == 0 {
 			given += " (the default)"
 		}
 		return fmt.Errorf("server.idempotency_max_age %s: want at least %s, a day beyond the %d deliveries' deadlines (--ack-wait, server.max_deliver): a crashed write's record must outlive its run's redeliveries",
-			given, o.layout().MinIdempotencyMaxAge(), cmp.Or(o.maxDeliver, 5))
+			given, layout.MinIdempotencyMaxAge(), layout.MaxDeliver)
 	case !embedded:
 		return nil
 	}

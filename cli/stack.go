@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -45,12 +44,6 @@ type stackOptions struct {
 	crash        func(point string)
 	workers      int // 0: no workers (a client-only stack)
 	log          *slog.Logger
-}
-
-// idempotencyMaxAge is the max age loopgate_idempotency gets: the
-// configured one, or the journal's default.
-func (o stackOptions) idempotencyMaxAge() time.Duration {
-	return cmp.Or(o.idemMaxAge, journal.DefaultIdempotencyMaxAge)
 }
 
 // layout is what the stack asks journal.Ensure for.

@@ -127,7 +127,9 @@ const DefaultIdempotencyMaxAge = 30 * 24 * time.Hour
 // deadlines together an idempotency record must live.
 const idempotencySlack = 24 * time.Hour
 
-func (l Layout) withDefaults() Layout {
+// WithDefaults is the layout with each zero field set to its default, as
+// Ensure makes the streams and buckets.
+func (l Layout) WithDefaults() Layout {
 	l.Replicas = cmp.Or(l.Replicas, 1)
 	l.AckWait = cmp.Or(l.AckWait, DefaultAckWait)
 	l.MaxDeliver = cmp.Or(l.MaxDeliver, 5)
@@ -188,9 +190,7 @@ func (l Layout) deliveriesSpan() time.Duration {
 // MinIdempotencyMaxAge is the least IdempotencyMaxAge the layout takes,
 // given its AckWait and MaxDeliver (their defaults where zero).
 func (l Layout) MinIdempotencyMaxAge() time.Duration {
-	l.AckWait = cmp.Or(l.AckWait, DefaultAckWait)
-	l.MaxDeliver = cmp.Or(l.MaxDeliver, 5)
-	return l.deliveriesSpan() + idempotencySlack
+	return l.WithDefaults().deliveriesSpan() + idempotencySlack
 }
 
 func (l Layout) streams() []jetstream.StreamConfig {
@@ -327,7 +327,7 @@ func (l Layout) approvals() jetstream.ConsumerConfig {
 // type, work-queue retention) fail with an error naming the stream, bucket
 // or consumer.
 func Ensure(ctx context.Context, js jetstream.JetStream, l Layout) error {
-	l = l.withDefaults()
+	l = l.WithDefaults()
 	if err := l.validate(); err != nil {
 		return err
 	}
