@@ -3,10 +3,13 @@
 #                    every test of loopgate runs against;
 #   target loopgate  (the default) one static loopgate binary, the CityOps
 #                    example beside it.
+# The build image names a Go patch release at least go.mod's go directive:
+# the official images set GOTOOLCHAIN=local, so an older cached golang:1.26
+# would refuse the module (deploy/composecheck checks it).
 # Both run as distroless's nonroot user (65532). The directories they write
 # (/data, /var/lib/loopgate) are created here, owned by that user, so the
 # named volumes compose mounts on them start out writable by it.
-FROM golang:1.26 AS build
+FROM golang:1.26.8 AS build
 WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download

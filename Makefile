@@ -48,11 +48,15 @@ SDK_PKGS  = ./cli ./providers ./cmd/loopgate
 # at go test's default of GOMAXPROCS parallel tests. Six at a time ran it
 # in 57 s rather than 139 s, with the same tests passing.
 TEST_PARALLEL ?= 6
+# Packages with a test the race build leaves out (a data race inside
+# nats-server itself: see internal/follow/outage_test.go), run again
+# without -race.
+NORACE_PKGS = ./internal/follow
 RACE_PKGS = $(shell $(GO) list ./... | grep -v -e /cli$$ -e /providers$$ -e /cmd/loopgate$$)
 
 unit: ## race-enabled tests with shuffled order (SDK packages without -race); the worker again with batched appends, and with group commit
 	$(GO) test -race -shuffle=on -parallel $(TEST_PARALLEL) -timeout 9m -count=1 $(RACE_PKGS)
-	$(GO) test -shuffle=on -parallel $(TEST_PARALLEL) -timeout 9m -count=1 $(SDK_PKGS)
+	$(GO) test -shuffle=on -parallel $(TEST_PARALLEL) -timeout 9m -count=1 $(SDK_PKGS) $(NORACE_PKGS)
 	LOOPGATE_TEST_BATCH=1 $(GO) test -race -shuffle=on -parallel $(TEST_PARALLEL) -timeout 5m -count=1 ./worker
 	LOOPGATE_TEST_GROUP=1 $(GO) test -race -shuffle=on -parallel $(TEST_PARALLEL) -timeout 5m -count=1 ./worker
 

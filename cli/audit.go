@@ -109,12 +109,13 @@ func summarize(w io.Writer, evs []events.Event, now time.Time) {
 		parkedSince    time.Time
 		finished       bool
 	)
-	var prev time.Time // of the last event that was not an answer deciding nothing
+	var prev time.Time // of the last event that was not a record (events.Type.IsRecord)
 	for _, ev := range evs {
-		if !prev.IsZero() && ev.Type != events.TypeApprovalRejected && ev.Time.After(prev) {
+		if !prev.IsZero() && !ev.Type.IsRecord() && ev.Time.After(prev) {
 			// The same rule as events.Fold: a gap after a parked event is
 			// time parked; a gap after the finish (before a late answer)
-			// is neither; an answer that decided nothing, recorded by any
+			// is neither; a record (an answer that decided nothing, a
+			// model call lost to the run's driver), appended by any
 			// worker with its clock, is no part of the run's time.
 			switch {
 			case isParked:
@@ -123,7 +124,7 @@ func summarize(w io.Writer, evs []events.Event, now time.Time) {
 				active += ev.Time.Sub(prev)
 			}
 		}
-		if ev.Type != events.TypeApprovalRejected || prev.IsZero() {
+		if !ev.Type.IsRecord() || prev.IsZero() {
 			prev = ev.Time
 		}
 		switch ev.Type {
@@ -133,7 +134,8 @@ func summarize(w io.Writer, evs []events.Event, now time.Time) {
 			}
 			isParked = true
 			parks++
-		case events.TypeApprovalRejected:
+		case events.TypeApprovalRejected, events.TypeDiscarded:
+			// Records leave a parked run parked.
 		default:
 			isParked = false
 		}

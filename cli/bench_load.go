@@ -13,6 +13,7 @@ import (
 
 	"github.com/loopgate/loopgate/approvals"
 	"github.com/loopgate/loopgate/events"
+	followstream "github.com/loopgate/loopgate/internal/follow"
 	"github.com/loopgate/loopgate/journal"
 	"github.com/loopgate/loopgate/trail"
 )
@@ -86,19 +87,12 @@ func (l *load) run(ctx context.Context) error {
 	}
 	// Every event of these runs comes after the stream's last message now:
 	// their task ids are new.
-	cons, err := l.js.OrderedConsumer(ctx, journal.StreamEvents, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{events.EventsPrefix + "." + l.task.Tenant + ".>"},
-		DeliverPolicy:  jetstream.DeliverByStartSequencePolicy,
-		OptStartSeq:    info.CachedInfo().State.LastSeq + 1,
-	})
+	stop, err := followstream.Stream(ctx, l.js, journal.StreamEvents, []string{events.EventsPrefix + "." + l.task.Tenant + ".>"},
+		info.CachedInfo().State.LastSeq+1, func(m jetstream.Msg, streamSeq uint64) { l.onMessage(ctx, m, streamSeq) })
 	if err != nil {
 		return fmt.Errorf("follow %s: %w", journal.StreamEvents, err)
 	}
-	follow, err := cons.Consume(func(m jetstream.Msg) { l.onMessage(ctx, m) })
-	if err != nil {
-		return fmt.Errorf("follow %s: %w", journal.StreamEvents, err)
-	}
-	defer follow.Stop()
+	defer stop()
 
 	l.mu.Lock()
 	l.began = time.Now()
@@ -201,7 +195,7 @@ func (l *load) patiently(ctx context.Context, errs *int, publish func(context.Co
 }
 
 // onMessage takes one event off the stream.
-func (l *load) onMessage(ctx context.Context, m jetstream.Msg) {
+func (l *load) onMessage(ctx context.Context, m jetstream.Msg, streamSeq uint64) {
 	var e events.Event
 	if err := json.Unmarshal(m.Data(), &e); err != nil {
 		return // not an event of ours (the trail check of a run names its own bad events)
@@ -211,10 +205,6 @@ func (l *load) onMessage(ctx context.Context, m jetstream.Msg) {
 	r, ok := l.runs[e.RunID]
 	if !ok {
 		return // another run of the tenant
-	}
-	var streamSeq uint64
-	if meta, err := m.Metadata(); err == nil {
-		streamSeq = meta.Sequence.Stream
 	}
 	r.check.Add(trail.Stored{Event: e, StreamSeq: streamSeq, Subject: m.Subject(), MsgID: m.Headers().Get(jetstream.MsgIDHeader)})
 	r.lastType = e.Type

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
 
 	"github.com/loopgate/loopgate/events"
@@ -264,15 +265,28 @@ func collect(t *testing.T, nc *nats.Conn, runID string, publish func()) []*nats.
 	if err != nil {
 		t.Fatal(err)
 	}
-	ch := make(chan *nats.Msg, 256)
-	sub, err := nc.ChanSubscribe("loopgate.events.cityops."+runID+".*", ch)
+	// The events as the stream stores them: a core subscription on their
+	// subjects also sees appends JetStream refused (a conditional append
+	// that lost to another writer, an approval handler's, is published
+	// all the same), and read so, a run's trail had event 31 twice.
+	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer sub.Unsubscribe()
-	if err := nc.Flush(); err != nil {
+	cons, err := js.OrderedConsumer(t.Context(), "LOOPGATE_EVENTS", jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{"loopgate.events.cityops." + runID + ".*"},
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
+	ch := make(chan *nats.Msg, 256)
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		ch <- &nats.Msg{Subject: m.Subject(), Data: m.Data()}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Stop()
 	publish()
 	var msgs []*nats.Msg
 	hashes := map[string]string{}

@@ -28,6 +28,20 @@ func storeAt(t *testing.T, j *journal.Journal, runID string, t0 time.Time, at []
 	}
 }
 
+// projectedRunning writes run id's projection record as running at its
+// first event: behind its events, as a record whose worker was killed.
+func projectedRunning(t *testing.T, srv *natstest.Env, id string, t0 time.Time) {
+	t.Helper()
+	kv, err := srv.JS.KeyValue(t.Context(), journal.BucketRuns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, _ := json.Marshal(journal.RunRecord{RunID: id, Tenant: "cityops", TaskID: "t-" + id, Agent: "a", Status: journal.RunRunning, LastSeq: 1, Updated: t0})
+	if _, err := kv.Put(t.Context(), "cityops."+id, rec); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func encoded(t *testing.T, v any) json.RawMessage {
 	t.Helper()
 	b, err := events.EncodeData(v)
@@ -72,11 +86,6 @@ func TestAuditActiveTimeLeavesOutTheTimeAfterTheFinish(t *testing.T) {
 func TestRunsStatusIsNotParkedForAnAnswerThatDecidedNothing(t *testing.T) {
 	t.Parallel()
 	srv := natstest.Start(t)
-	ctx := t.Context()
-	kv, err := srv.JS.KeyValue(ctx, journal.BucketRuns)
-	if err != nil {
-		t.Fatal(err)
-	}
 	t0 := time.Now().Add(-time.Minute)
 	late := func() events.Event {
 		return events.Event{Type: events.TypeApprovalRejected, Step: 1, CallID: "s1c1",
@@ -90,10 +99,7 @@ func TestRunsStatusIsNotParkedForAnAnswerThatDecidedNothing(t *testing.T) {
 		events.Event{Type: events.TypeStarted},
 		late())
 	for _, id := range []string{"finished-1", "running-1"} {
-		rec, _ := json.Marshal(journal.RunRecord{RunID: id, Tenant: "cityops", TaskID: "t-" + id, Agent: "a", Status: journal.RunRunning, LastSeq: 1, Updated: t0})
-		if _, err := kv.Put(ctx, "cityops."+id, rec); err != nil {
-			t.Fatal(err)
-		}
+		projectedRunning(t, srv, id, t0)
 	}
 	code, out, stderr := run(t, "", "runs", "--json", "--nats", srv.Server.ClientURL())
 	if code != exitOK {
@@ -128,5 +134,54 @@ func TestSubmitRefusesANonPositiveTimeout(t *testing.T) {
 	}
 	if code, out, _ := run(t, "", "runs", "--json", "--nats", srv.url); code != exitOK || strings.Contains(out, "zero-timeout-1") {
 		t.Errorf("a refused submit published its task: runs exit %d:\n%s", code, out)
+	}
+}
+
+// A discarded event (a model call a race's loser paid for in vain) is a
+// record, as approval_rejected is: appended by another worker with its own
+// clock, it leaves a parked run parked and its time is no part of the
+// run's. `loopgate runs` used to list a parked run whose last event was
+// such a record as running, and audit counted its clock as active time.
+func TestListingsTreatADiscardedCallAsARecord(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	t0 := time.Now().Add(-2 * time.Hour)
+	lost := func() events.Event {
+		return events.Event{Type: events.TypeDiscarded, Step: 1,
+			Data: encoded(t, events.DiscardedData{Proposal: "p", Usage: events.Usage{InputTokens: 120, OutputTokens: 7}, LatencyMS: 640})}
+	}
+	storeAt(t, srv.Journal, "parked-1", t0, []time.Duration{0, time.Second, 2 * time.Second, 3 * time.Second},
+		events.Event{Type: events.TypeStarted},
+		events.Event{Type: events.TypeProposed, Step: 1},
+		events.Event{Type: events.TypeParked, Step: 1},
+		lost())
+	projectedRunning(t, srv, "parked-1", t0)
+	code, out, stderr := run(t, "", "runs", "--json", "--nats", srv.Server.ClientURL())
+	if code != exitOK {
+		t.Fatalf("runs: exit %d\n%s\n%s", code, out, stderr)
+	}
+	var r listedRun
+	if err := json.Unmarshal([]byte(strings.TrimSpace(out)), &r); err != nil {
+		t.Fatalf("%q: %v", out, err)
+	}
+	if r.Status != journal.RunParked {
+		t.Errorf("a parked run whose last event is a discarded call is listed %q, want parked", r.Status)
+	}
+
+	// The losing worker's clock ran an hour ahead.
+	storeAt(t, srv.Journal, "lost-1", t0, []time.Duration{0, time.Second, time.Hour, 2 * time.Second},
+		events.Event{Type: events.TypeStarted},
+		events.Event{Type: events.TypeProposed, Step: 1},
+		lost(),
+		events.Event{Type: events.TypeFinished, Step: 1, Data: encoded(t, events.FinishedData{Reason: events.ReasonDone})})
+	code, out, stderr = run(t, "", "audit", "lost-1", "--nats", srv.Server.ClientURL())
+	if code != exitOK {
+		t.Fatalf("audit: exit %d\n%s\n%s", code, out, stderr)
+	}
+	if !strings.Contains(out, "time: active 2s (what the budgets count)") {
+		t.Errorf("audit counts a discarded call's clock as the run's time; want active 2s:\n%s", out)
+	}
+	if !strings.Contains(out, "a model call lost to the run's driver, charged (640ms, 120+7 tokens)") {
+		t.Errorf("audit's timeline does not say what the discarded call was:\n%s", out)
 	}
 }

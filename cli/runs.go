@@ -135,9 +135,10 @@ func checkWithEvents(ctx context.Context, j *journal.Journal, recs []journal.Run
 				return err
 			}
 			status, reason := statusOf(ev)
-			if ev.Type == events.TypeApprovalRejected {
-				// An answer that decided nothing leaves the run as it
-				// was, parked or not, finished or not: the events say.
+			if ev.Type.IsRecord() {
+				// A record (an answer that decided nothing, a model call
+				// lost to the run's driver) leaves the run as it was,
+				// parked or not, finished or not: the events say.
 				var ferr error
 				if status, reason, ferr = statusFolded(ctx, j, rec.Tenant, rec.RunID); ferr != nil {
 					if ctx.Err() != nil {

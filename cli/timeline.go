@@ -193,6 +193,11 @@ func (t *timeline) detail(e events.Event) string {
 			}
 			return s
 		}
+	case events.TypeDiscarded:
+		var d events.DiscardedData
+		if e.Decode(&d) == nil {
+			return fmt.Sprintf("a model call lost to the run's driver, charged (%dms, %d+%d tokens)", d.LatencyMS, d.Usage.InputTokens, d.Usage.OutputTokens)
+		}
 	case events.TypeReconciled:
 		var d events.ReconciledData
 		if e.Decode(&d) == nil {

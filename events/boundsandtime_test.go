@@ -108,3 +108,62 @@ func TestFoldCountsWriteActionsOncePerCall(t *testing.T) {
 		t.Errorf("totals' write actions = %d, want 2", got)
 	}
 }
+
+// A model call another pass at the run paid for in vain (its proposed
+// event lost the race to the driver's) is recorded as discarded: its
+// tokens and cost count toward the run's totals, as a proposed event's
+// do, while the run's steps, its decision, its parked state and its
+// active time stay what the driver's events make them. The driver steps
+// over the record (makeRoom) and charges it (RunState.Charge); a fresh
+// fold gives the same state.
+func TestADiscardedModelCallIsChargedAndChangesNothingElse(t *testing.T) {
+	t.Parallel()
+	draft := call(1, 1, "draft_escalation", `{"request_id":"r-7"}`)
+	req := events.ApprovalRequestedData{Kind: "approval", Round: 1, Tool: "draft_escalation", ArgsHash: "h"}
+	lost := events.DiscardedData{Proposal: "ev-lost", Usage: events.Usage{InputTokens: 300, OutputTokens: 40}, CostUSD: 0.25, LatencyMS: 900}
+	evs := trail(t,
+		ev{at: 0, typ: events.TypeStarted, data: started(`"x"`)},
+		ev{at: 1 * time.Second, typ: events.TypeProposed, step: 1, data: proposeCalls(100, 10, draft)},
+		ev{at: 2 * time.Second, typ: events.TypeValidated, step: 1, call: "s1c1", tool: "draft_escalation", data: validOK("h")},
+		// The losing pass records its call, with its own clock, late.
+		ev{at: 9 * time.Second, typ: events.TypeDiscarded, step: 1, data: lost},
+		ev{at: 3 * time.Second, typ: events.TypeApprovalRequested, step: 1, call: "s1c1", tool: "draft_escalation", data: req},
+		ev{at: 4 * time.Second, typ: events.TypeParked, step: 1, data: events.ParkedData{Awaiting: []string{"s1c1"}}},
+		// Recorded after the run parked: it stays parked.
+		ev{at: 20 * time.Second, typ: events.TypeDiscarded, step: 1, data: lost},
+	)
+	fresh := mustFold(t, evs)
+	if !fresh.IsParked {
+		t.Error("a discarded record unparked the run")
+	}
+	if fresh.Usage.InputTokens != 700 || fresh.Usage.OutputTokens != 90 {
+		t.Errorf("usage %+v, want the proposed call's 100+10 and the two discarded ones' 300+40 each", fresh.Usage)
+	}
+	if fresh.CostUSD != 0.5 {
+		t.Errorf("cost %v, want the two discarded calls' 0.25 each", fresh.CostUSD)
+	}
+	if fresh.Steps != 1 || fresh.Current == nil || len(fresh.Current.ToolCalls) != 1 {
+		t.Errorf("steps %d, decision %+v: a discarded call is no step and no decision", fresh.Steps, fresh.Current)
+	}
+	if want := 4 * time.Second; fresh.Active != want {
+		t.Errorf("active time %v, want %v: a record's clock is no part of the run's", fresh.Active, want)
+	}
+
+	// The driver: it folds its own events and steps over the record,
+	// charging it.
+	worker := mustFold(t, evs[:3])
+	worker.LastSeq++
+	worker.Charge(lost)
+	for i := 4; i < 6; i++ {
+		if err := worker.Apply(&evs[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := worker.Apply(&evs[6]); err != nil {
+		t.Fatal(err)
+	}
+	if worker.Usage != fresh.Usage || worker.CostUSD != fresh.CostUSD || worker.Active != fresh.Active || worker.IsParked != fresh.IsParked {
+		t.Errorf("the driver's state (usage %+v, cost %v, active %v, parked %v) differs from a fresh fold's (%+v, %v, %v, %v)",
+			worker.Usage, worker.CostUSD, worker.Active, worker.IsParked, fresh.Usage, fresh.CostUSD, fresh.Active, fresh.IsParked)
+	}
+}

@@ -129,6 +129,12 @@ type Usage struct {
 	OutputTokens int `json:"output_tokens"`
 }
 
+// Add counts v into u.
+func (u *Usage) Add(v Usage) {
+	u.InputTokens += v.InputTokens
+	u.OutputTokens += v.OutputTokens
+}
+
 // RejectedData: a task that did not become a run.
 type RejectedData struct {
 	Field   string       `json:"field"`
@@ -239,6 +245,20 @@ const RecordedResultReused = "the operation had already completed: its recorded 
 // attempt's lease was over before its tool started: the tool never ran.
 const DeadlinePassed = "deadline_passed"
 
+// Error classes of an executed event whose tool was called and whose
+// outcome is unknown (status timeout): the call may have taken effect.
+const (
+	// TimedOut: loopgate's deadline for the call passed.
+	TimedOut = "timeout"
+	// ConnectionLost: loopgate's connection to the tool's service closed
+	// while the request waited for its reply.
+	ConnectionLost = "connection_lost"
+	// UpstreamTimeout: the tool's own deadline (an upstream's) passed
+	// while the call ran: a tool service answered 504, or a built-in tool
+	// returned context.DeadlineExceeded before loopgate's deadline.
+	UpstreamTimeout = "upstream_timeout"
+)
+
 // ExecutedData: how one attempt ended.
 type ExecutedData struct {
 	Status      string          `json:"status"`
@@ -317,6 +337,20 @@ type ApprovalRejectedData struct {
 	ArgsHash    string       `json:"args_hash,omitempty"`
 	Errors      []FieldError `json:"errors,omitempty"`
 	ApprovalSeq uint64       `json:"approval_seq"`
+}
+
+// DiscardedData: a model call whose decision was not stored, because
+// another worker extended the run first (two workers on one run: a
+// redelivery to a worker while the one before it was frozen, a wake-up
+// while the run was driven). The call was paid for all the same, so its
+// usage and cost count toward the run's budgets like a proposed event's.
+type DiscardedData struct {
+	// Proposal is the event id the proposed event would have had.
+	Proposal  string  `json:"proposal"`
+	Usage     Usage   `json:"usage"`
+	CostUSD   float64 `json:"cost_usd,omitempty"`
+	Model     string  `json:"model,omitempty"`
+	LatencyMS int64   `json:"latency_ms"`
 }
 
 // ReconciledData: what a reconcile tool said about an operation whose

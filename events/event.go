@@ -26,6 +26,7 @@ const (
 	TypeParked            Type = "parked"             // the run holds no worker until woken (write path)
 	TypeApproved          Type = "approved"           // a decision on a gated call: approve, deny, expired, mark_done, retry, abandon
 	TypeApprovalRejected  Type = "approval_rejected"  // an approval message that decided nothing, and why
+	TypeDiscarded         Type = "discarded"          // a model call paid for whose decision was not stored: another worker drove the run
 	TypeReconciled        Type = "reconciled"         // a reconcile tool's answer about an unknown outcome
 	TypeExecuting         Type = "executing"          // write-ahead: a tool is about to run
 	TypeExecuted          Type = "executed"           // the tool returned, failed, timed out, or was previewed
@@ -38,13 +39,21 @@ const (
 func Types() []Type {
 	return []Type{
 		TypeRejected, TypeStarted, TypeProposed, TypeValidated, TypeDenied,
-		TypeApprovalRequested, TypeParked, TypeApproved, TypeApprovalRejected, TypeReconciled,
+		TypeApprovalRequested, TypeParked, TypeApproved, TypeApprovalRejected, TypeDiscarded, TypeReconciled,
 		TypeExecuting, TypeExecuted, TypeObserved, TypeFinished,
 	}
 }
 
 // Known reports whether t is a type this version understands.
 func (t Type) Known() bool { return slices.Contains(Types(), t) }
+
+// IsRecord reports whether t is a record rather than a step of the run:
+// an event that any worker may append, with its own clock, while another
+// drives the run, and that changes nothing the run decides on
+// (approval_rejected: an answer that decided nothing; discarded: a model
+// call lost to the run's driver, whose usage is charged). A record leaves
+// a parked run parked, and its time is no part of the run's.
+func (t Type) IsRecord() bool { return t == TypeApprovalRejected || t == TypeDiscarded }
 
 // Event is the envelope every event carries. Data holds the type-specific
 // payload (see the *Data types), already redacted.

@@ -178,12 +178,12 @@ func (s *RunState) Apply(e *Event) error {
 		// Time parked waiting for a human is not active time.
 		// Nor is the time between a run's end and an answer recorded
 		// after it (approval_rejected).
-		if !s.IsParked && s.Finished == nil && e.Time.After(s.LastTime) && e.Type != TypeApprovalRejected {
+		if !s.IsParked && s.Finished == nil && e.Time.After(s.LastTime) && !e.Type.IsRecord() {
 			s.Active += e.Time.Sub(s.LastTime)
 		}
 	}
 	s.LastSeq, s.LastType = e.Seq, e.Type
-	if e.Type != TypeApprovalRejected || s.LastTime.IsZero() {
+	if !e.Type.IsRecord() || s.LastTime.IsZero() {
 		// An answer that decided nothing is recorded by whichever worker
 		// handled it, with that worker's clock, maybe while the run's own
 		// worker drives the run: its time is no part of the run's. The
@@ -192,11 +192,11 @@ func (s *RunState) Apply(e *Event) error {
 		// and the run's next event back, used to charge the overlap twice.
 		s.LastTime = e.Time
 	}
-	switch e.Type {
-	case TypeParked:
+	switch {
+	case e.Type == TypeParked:
 		s.IsParked = true
-	case TypeApprovalRejected:
-		// A message that decided nothing leaves the run parked.
+	case e.Type.IsRecord():
+		// A record leaves a parked run parked.
 	default:
 		s.IsParked = false
 	}
@@ -227,8 +227,7 @@ func (s *RunState) Apply(e *Event) error {
 		}
 		s.Steps = e.Step
 		s.CurrentStep = e.Step
-		s.Usage.InputTokens += d.Usage.InputTokens
-		s.Usage.OutputTokens += d.Usage.OutputTokens
+		s.Usage.Add(d.Usage)
 		s.LastUsage, s.LastCostUSD = d.Usage, d.CostUSD
 		s.CostUSD += d.CostUSD
 		s.Current, s.CurrentCalls, s.DecisionObserved = d.Decision, nil, false
@@ -379,6 +378,12 @@ func (s *RunState) Apply(e *Event) error {
 			return err
 		}
 		c.Reconciled = append(c.Reconciled, d)
+	case TypeDiscarded:
+		var d DiscardedData
+		if err := e.Decode(&d); err != nil {
+			return err
+		}
+		s.Charge(d)
 	case TypeParked, TypeApprovalRejected:
 		// Audit records: parked time is excluded from active time above;
 		// a rejected approval message changes nothing.
@@ -386,6 +391,13 @@ func (s *RunState) Apply(e *Event) error {
 		return fmt.Errorf("run %s: event %d has unknown type %q", e.RunID, e.Seq, e.Type)
 	}
 	return nil
+}
+
+// Charge counts a discarded model call's usage and cost toward the run's
+// totals, as a proposed event's are counted.
+func (s *RunState) Charge(d DiscardedData) {
+	s.Usage.Add(d.Usage)
+	s.CostUSD += d.CostUSD
 }
 
 func (s *RunState) callOf(e *Event) (*CallState, error) {

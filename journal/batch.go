@@ -262,6 +262,12 @@ func (j *Journal) publishBatch(ctx context.Context, stream string, msgs []*nats.
 	if errors.Is(err, nats.ErrNoResponders) {
 		return 0, jetstream.ErrNoStreamResponse
 	}
+	if errors.Is(err, nats.ErrMaxPayload) && n > 1 {
+		// The client refused the commit itself (over max_payload): it was
+		// never sent, and the messages before it are staged. A commit
+		// that was sent is never abandoned: it may be committing.
+		abandonBatch(nc, commit.Subject, id, n-1)
+	}
 	if err != nil {
 		return 0, fmt.Errorf("commit batch of %d: %w", n, err)
 	}

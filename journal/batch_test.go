@@ -487,6 +487,31 @@ func openBatches(t *testing.T, env *natstest.Env, n int) {
 	}
 }
 
+// TestABatchWhoseCommitIsTooBigLeavesNoBatchOpen: when the client refuses
+// a batch's last message, its commit (over max_payload), the messages
+// before it are staged on the server already, and used to stay there as
+// an open batch for the server's batch timeout (10 s), holding one of the
+// stream's 50 open-batch slots: another writer's batch in those 10 s was
+// refused. (The group-commit test that found it failed one run in 20 to
+// 40, whenever the oversized event happened to come last in its flight.)
+// The batch is abandoned at once now.
+func TestABatchWhoseCommitIsTooBigLeavesNoBatchOpen(t *testing.T) {
+	t.Parallel()
+	env := natstest.StartWith(t, natstest.Options{SyncInterval: "2m", MaxPayload: 64 << 10})
+	j := env.Journal
+	evs := trail("acme", "run-1", 1, 3)
+	evs[2].Data = []byte(`"` + strings.Repeat("x", 100<<10) + `"`)
+	if _, err := j.AppendBatch(t.Context(), 0, evs...); !errors.Is(err, nats.ErrMaxPayload) {
+		t.Fatalf("AppendBatch with its last event over max_payload: %v, want %v", err, nats.ErrMaxPayload)
+	}
+	openBatches(t, env, 49)
+	// The abandonment and the batch after it go on the same connection,
+	// in order.
+	if _, err := j.AppendBatch(t.Context(), 0, trail("acme", "other", 1, 3)...); err != nil {
+		t.Fatalf("AppendBatch with 49 other batches open = %v; want it stored (the refused batch was left open)", err)
+	}
+}
+
 // TestABatchRefusedForTooManyOpenBatchesStoresNothing: with the stream's
 // limit of open batches (50 by default) taken, AppendBatch is refused with
 // ErrBatchRefused and stores nothing; the same events can then be

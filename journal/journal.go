@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/loopgate/loopgate/events"
+	"github.com/loopgate/loopgate/internal/follow"
 	"github.com/loopgate/loopgate/internal/wait"
 )
 
@@ -89,15 +90,14 @@ func (e *DecodeError) Unwrap() error { return e.Err }
 const codeDuplicateInProcess jetstream.ErrorCode = 10158
 
 // Reading a run or a filter uses an ephemeral consumer, in memory, deleted
-// when the read ends; watching, an ordered one. The inactive thresholds only
-// reap consumers whose reader died.
+// when the read ends (watching: internal/follow's ordered ones). The
+// inactive threshold only reaps consumers whose reader died.
 const (
-	readInactive  = 10 * time.Second
-	readWait      = time.Second // a pull asks for what exists: it waits only if something went wrong
-	readRetries   = 5
-	watchInactive = 30 * time.Second
-	readBatch     = 256
-	dropTimeout   = 2 * time.Second
+	readInactive = 10 * time.Second
+	readWait     = time.Second // a pull asks for what exists: it waits only if something went wrong
+	readRetries  = 5
+	readBatch    = 256
+	dropTimeout  = 2 * time.Second
 )
 
 // Journal appends events to and reads them from StreamEvents, and keeps the
@@ -640,45 +640,47 @@ func (j *Journal) readConsumer(ctx context.Context, cons jetstream.Consumer, upT
 // Watch yields every event on filter (see Replay), from the first stored
 // one, then live ones as they are appended, in stream order. It follows
 // until ctx is done, then ends without an error. A message that is not a
-// valid event is yielded as a *DecodeError and watching goes on; any other
-// error is yielded last. Each range over the sequence opens its own
-// consumer, deleted when the range ends; stop early by breaking out.
+// valid event is yielded as a *DecodeError and watching goes on; an error
+// making the first consumer is yielded last. Each range over the sequence
+// follows through consumers of its own (internal/follow: made again within
+// about a second of their server dying, from the event after the last one
+// yielded), the last deleted when the range ends; stop early by breaking
+// out.
 func (j *Journal) Watch(ctx context.Context, filter string) iter.Seq2[events.Event, error] {
 	return func(yield func(events.Event, error) bool) {
-		fail := func(err error) {
+		watching, cancel := context.WithCancel(ctx)
+		type stored struct {
+			msg jetstream.Msg
+			seq uint64
+		}
+		msgs := make(chan stored)
+		stop, err := follow.Stream(watching, j.js, StreamEvents, []string{filter}, 1, func(m jetstream.Msg, seq uint64) {
+			select {
+			case msgs <- stored{m, seq}:
+			case <-watching.Done():
+			}
+		})
+		if err != nil {
+			cancel()
 			if ctx.Err() == nil {
 				yield(events.Event{}, fmt.Errorf("journal: watch %s: %w", filter, err))
 			}
-		}
-		cons, err := j.events.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
-			FilterSubjects:    []string{filter},
-			InactiveThreshold: watchInactive,
-		})
-		if err != nil {
-			fail(err)
 			return
 		}
-		defer j.drop(ctx, cons)
-		it, err := cons.Messages(jetstream.PullMaxMessages(readBatch))
-		if err != nil {
-			fail(err)
-			return
-		}
-		defer it.Stop()
+		// The handler may be waiting to hand a message on: cancel first,
+		// then stop, which waits for the follower.
+		defer func() {
+			cancel()
+			stop()
+		}()
 		for {
-			msg, err := it.Next(jetstream.NextContext(ctx))
-			if err != nil {
-				fail(err)
+			select {
+			case <-watching.Done():
 				return
-			}
-			md, err := msg.Metadata()
-			if err != nil {
-				fail(err)
-				return
-			}
-			e, err := decode(msg.Subject(), md.Sequence.Stream, msg.Data())
-			if !yield(e, err) {
-				return
+			case m := <-msgs:
+				if !yield(decode(m.msg.Subject(), m.seq, m.msg.Data())) {
+					return
+				}
 			}
 		}
 	}

@@ -541,6 +541,81 @@ func TestWatchDeliversExistingThenLiveEvents(t *testing.T) {
 	}
 }
 
+// A watch goes on when its consumer goes away under it (the server that
+// held it died: here it is deleted, twice), with the events after the last
+// one it yielded, each once and in order.
+func TestWatchGoesOnWhenItsConsumerGoesAway(t *testing.T) {
+	t.Parallel()
+	env := natstest.Start(t)
+	j := env.Journal
+	want := trail("acme", "run-1", 1, 6)
+	last := mustAppend(t, j, 0, want[:2]...)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	st, err := env.JS.Stream(ctx, journal.StreamEvents)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for e, err := range j.Watch(ctx, events.RunFilter("acme", "run-1")) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e.EventID != want[n].EventID {
+			t.Fatalf("watched event seq %d as #%d, want seq %d: each event once, in order", e.Seq, n+1, want[n].Seq)
+		}
+		if n++; n == len(want) {
+			break
+		}
+		if n%2 == 1 {
+			continue
+		}
+		// After each second event: the consumer goes, and two more come.
+		deleted := 0
+		for name := range st.ConsumerNames(ctx).Name() {
+			// A consumer the watch retired earlier may be listed and
+			// then deleted by the watch itself before this gets to it.
+			err := st.DeleteConsumer(ctx, name)
+			if errors.Is(err, jetstream.ErrConsumerNotFound) {
+				continue
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			deleted++
+		}
+		if deleted == 0 {
+			t.Fatal("no consumer to delete")
+		}
+		last = mustAppend(t, j, last, want[n:n+2]...)
+	}
+	if n != len(want) {
+		t.Fatalf("watched %d events of %d before %v", n, len(want), ctx.Err())
+	}
+}
+
+// A watch that cannot begin (here the stream is gone) says so, as its last
+// and only yield, rather than ending as if nothing was there.
+func TestWatchSaysWhyItCannotBegin(t *testing.T) {
+	t.Parallel()
+	env := natstest.Start(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	if err := env.JS.DeleteStream(ctx, journal.StreamEvents); err != nil {
+		t.Fatal(err)
+	}
+	var errs []error
+	for _, err := range env.Journal.Watch(ctx, events.RunFilter("acme", "run-1")) {
+		if err == nil {
+			t.Fatal("an event from a stream that is gone")
+		}
+		errs = append(errs, err)
+	}
+	if len(errs) != 1 || !strings.Contains(errs[0].Error(), "journal: watch") {
+		t.Fatalf("watch of a stream that is gone yielded %v, want one error naming the watch", errs)
+	}
+}
+
 func TestWatchStopsWhenTheLoopBreaks(t *testing.T) {
 	t.Parallel()
 	env := natstest.Start(t)

@@ -340,7 +340,7 @@ func TestClusterSurvivesANodeAndAWorker(t *testing.T) {
 	sort.Strings(nakLines)
 	fmt.Fprintf(&b, "  consumer advisories (at least): %s\n", strings.Join(nakLines, ", "))
 	park, pub := ap.lags()
-	fmt.Fprintf(&b, "  approver: parked event seen after %s; approval published in %s\n", spread(park), spread(pub))
+	fmt.Fprintf(&b, "  approver: parked event seen after it was stored %s; approval published in %s\n", spread(park), spread(pub))
 	b.WriteString("  where the runs' time went (gap before an event, by the event types around it):\n")
 	b.WriteString(whereTimeWent(v.all, 12))
 	t.Log(b.String())

@@ -23,7 +23,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -34,6 +33,7 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/loopgate/loopgate/events"
+	"github.com/loopgate/loopgate/internal/follow"
 	"github.com/loopgate/loopgate/trail"
 )
 
@@ -204,7 +204,9 @@ func startProc(t testing.TB, name, logDir, marker, bin string, env []string, arg
 	}
 	p.cmd, p.began = cmd, time.Now()
 	fmt.Fprintf(logFile, "### %s started at %s: %s %s (env %v)\n", name, p.began.Format(time.RFC3339Nano), bin, strings.Join(args, " "), env)
+	copied := make(chan struct{}) // every line of the process is in its log
 	go func() {
+		defer close(copied)
 		sc := bufio.NewScanner(pr)
 		sc.Buffer(make([]byte, 64<<10), 4<<20)
 		readyOnce := sync.Once{}
@@ -223,6 +225,9 @@ func startProc(t testing.TB, name, logDir, marker, bin string, env []string, arg
 	go func() {
 		err := cmd.Wait()
 		pw.Close()
+		// The lines still in the pipe go to the log before the exit is
+		// marked and done says the log is whole.
+		<-copied
 		p.mu.Lock()
 		p.exitedAt = time.Now()
 		p.exitCode = cmd.ProcessState.ExitCode()
@@ -543,22 +548,15 @@ type approver struct {
 	js     jetstream.JetStream
 	ctx    context.Context
 	cancel context.CancelFunc
-	ccMu   sync.Mutex
-	cc     jetstream.ConsumeContext
-	pubs   sync.WaitGroup
-	// lastEvent is when the approver last received an event (unix ns),
-	// for the watchdog of follow.
-	lastEvent atomic.Int64
-	signer    *signer
+	// stopFollowing stops following the events stream.
+	stopFollowing func()
+	pubs          sync.WaitGroup
+	signer        *signer
 	// troubled is closed at the first problem, so waits can fail fast.
 	troubled     chan struct{}
 	troubledOnce sync.Once
 
-	mu sync.Mutex
-	// lastSeq is the stream sequence of the last event handled: a
-	// consumer made again starts after it, and anything at or before it
-	// is not handled twice.
-	lastSeq    uint64
+	mu         sync.Mutex
 	questions  map[string]events.ApprovalRequestedData // run/call
 	sent       map[string]bool                         // run/call/round
 	ended      map[string]ending
@@ -572,7 +570,10 @@ type approver struct {
 	heldParked    map[string]chan struct{}
 	approvals     int
 	finishes      []time.Time
-	// parkLag: from a parked event's time to the approver seeing it;
+	// parkLag: from a parked event's storing (the server's timestamp of
+	// the message; the event's own time is taken when its worker stages
+	// it, before the writes it may wait on through an election) to the
+	// approver seeing it: the follower's own lag;
 	// pubTime: how long publishing each approval took (with retries).
 	parkLag []time.Duration
 	pubTime []time.Duration
@@ -594,95 +595,30 @@ func startApprover(t testing.TB, js jetstream.JetStream) *approver {
 		ended: map[string]ending{}, waiters: map[string]chan struct{}{},
 		held: map[string]bool{}, heldApprovals: map[string][]func(){}, heldParked: map[string]chan struct{}{},
 	}
-	if err := a.follow(1); err != nil {
+	// Through internal/follow, as loopgate's own followers: after a node
+	// kill nats.go's ordered consumer came back seconds after the
+	// cluster's election was over, every run waited on the approver, and
+	// its lag showed in the cluster test's throughput dip as loopgate's.
+	prefix := "loopgate.events." + tenant + ".*."
+	stop, err := follow.Stream(ctx, js, "LOOPGATE_EVENTS",
+		[]string{prefix + "approval_requested", prefix + "parked", prefix + "approval_rejected", prefix + "finished"}, 1, a.handle)
+	if err != nil {
 		cancel()
-		t.Fatalf("approver: %v", err)
+		t.Fatalf("approver: follow the events: %v", err)
 	}
-	a.pubs.Go(a.watchdog)
+	a.stopFollowing = stop
 	t.Cleanup(a.stop)
 	return a
 }
 
-// follow (again) consumes the events the approver acts on from stream
-// sequence from, through an ordered consumer.
-func (a *approver) follow(from uint64) error {
-	prefix := "loopgate.events." + tenant + ".*."
-	cons, err := a.js.OrderedConsumer(a.ctx, "LOOPGATE_EVENTS", jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{prefix + "approval_requested", prefix + "parked", prefix + "approval_rejected", prefix + "finished"},
-		DeliverPolicy:  jetstream.DeliverByStartSequencePolicy,
-		OptStartSeq:    from,
-	})
-	if err != nil {
-		return fmt.Errorf("ordered consumer: %w", err)
-	}
-	// A short pull expiry (heartbeat 1s): when a server dies with the
-	// consumer's pull pending, the approver notices in about 2s, not 10s,
-	// so its own lag does not hide loopgate's in the cluster numbers.
-	cc, err := cons.Consume(a.handle, jetstream.PullExpiry(3*time.Second), jetstream.PullHeartbeat(time.Second), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
-		// Heartbeat misses and resets while a server is down are expected;
-		// the ordered consumer recreates itself where it left off.
-		a.t.Logf("approver: consume: %v", err)
-	}))
-	if err != nil {
-		return fmt.Errorf("consume: %w", err)
-	}
-	a.lastEvent.Store(time.Now().UnixNano())
-	a.ccMu.Lock()
-	a.cc = cc
-	a.ccMu.Unlock()
-	return nil
-}
-
-// followIdle is how long the approver waits without an event before it
-// makes its consumer again. Once, after a node was killed, nats.go's
-// ordered consumer kept failing to recreate itself for minutes (its reset
-// retries forever, without reporting why), and the test waited for
-// approvals that never came. Making the consumer again when nothing came
-// for a while costs nothing when all is well.
-const followIdle = 15 * time.Second
-
-func (a *approver) watchdog() {
-	tick := time.NewTicker(time.Second)
-	defer tick.Stop()
-	for {
-		select {
-		case <-a.ctx.Done():
-			return
-		case <-tick.C:
-		}
-		if time.Since(time.Unix(0, a.lastEvent.Load())) < followIdle {
-			continue
-		}
-		a.ccMu.Lock()
-		a.cc.Stop()
-		a.ccMu.Unlock()
-		a.mu.Lock()
-		from := a.lastSeq + 1
-		a.mu.Unlock()
-		if err := a.follow(from); err != nil {
-			a.t.Logf("approver: no event for %s; following again from stream seq %d failed: %v", followIdle, from, err)
-			a.lastEvent.Store(time.Now().UnixNano()) // try again after followIdle
-			continue
-		}
-		a.t.Logf("approver: no event for %s; following again from stream seq %d", followIdle, from)
-	}
-}
-
 func (a *approver) stop() {
 	a.cancel()
-	a.ccMu.Lock()
-	a.cc.Stop()
-	a.ccMu.Unlock()
+	a.stopFollowing()
 	a.pubs.Wait()
 }
 
-func (a *approver) handle(msg jetstream.Msg) {
-	a.lastEvent.Store(time.Now().UnixNano())
-	md, err := msg.Metadata()
-	if err != nil {
-		a.problem("event on %s without metadata: %v", msg.Subject(), err)
-		return
-	}
+// handle acts on one event; follow.Stream hands each on once, in order.
+func (a *approver) handle(msg jetstream.Msg, _ uint64) {
 	var e events.Event
 	if err := json.Unmarshal(msg.Data(), &e); err != nil {
 		a.problem("undecodable event on %s: %v", msg.Subject(), err)
@@ -690,10 +626,6 @@ func (a *approver) handle(msg jetstream.Msg) {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if md.Sequence.Stream <= a.lastSeq {
-		return // delivered again by a consumer made again (watchdog)
-	}
-	a.lastSeq = md.Sequence.Stream
 	defer func() {
 		if len(a.problems) > 0 || len(a.needsHuman) > 0 {
 			a.troubledOnce.Do(func() { close(a.troubled) })
@@ -712,7 +644,9 @@ func (a *approver) handle(msg jetstream.Msg) {
 		}
 		a.questions[e.RunID+"/"+e.CallID] = q
 	case events.TypeParked:
-		a.parkLag = append(a.parkLag, time.Since(e.Time))
+		if md, err := msg.Metadata(); err == nil {
+			a.parkLag = append(a.parkLag, time.Since(md.Timestamp))
+		}
 		var pd events.ParkedData
 		if err := e.Decode(&pd); err != nil {
 			a.problems = append(a.problems, err.Error())
@@ -1103,6 +1037,8 @@ func notables(evs []stored) []string {
 			var d events.ApprovalRejectedData
 			_ = e.Decode(&d)
 			out = append(out, fmt.Sprintf("%d approval_rejected %s %s", e.Seq, e.CallID, d.Class))
+		case events.TypeDiscarded:
+			out = append(out, fmt.Sprintf("%d discarded (a lost model call, charged)", e.Seq))
 		}
 	}
 	return out

@@ -24,8 +24,12 @@ type Call struct {
 // waiting then, whatever the tool does). The result must marshal to JSON.
 //
 // Errors are classified by the worker: wrap ErrTransient for failures a
-// retry may cure; anything else is unexpected, quarantines the tool for the
-// rest of the run and is never shown to the model.
+// retry may cure; ErrOutcomeUnknown, or context.DeadlineExceeded of a
+// deadline of the tool's own (an upstream that did not answer in time;
+// a tool service's 504 matches it too), for a call that may have taken
+// effect: recorded as a timeout, a write is never re-run blindly; anything
+// else is unexpected, quarantines the tool for the rest of the run and is
+// never shown to the model.
 type Func func(ctx context.Context, call Call) (any, error)
 
 // ErrTransient marks a failure a bounded retry may cure (a 503, a dropped

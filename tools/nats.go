@@ -70,9 +70,13 @@ func WithConn(nc Requester) Option {
 // RemoteError is a tool service's error reply: a reply carrying the micro
 // error headers Nats-Service-Error (Description) and
 // Nats-Service-Error-Code (Code). Codes 429 and 503 match ErrTransient: the
-// service says the call had no effect and a retry may succeed. Anything
-// else the worker treats as an unexpected failure (the tool is quarantined
-// for the run); Category names it without the service's words.
+// service says the call had no effect and a retry may succeed. Code 504
+// matches context.DeadlineExceeded, as a built-in tool's own deadline
+// does: the service's deadline (an upstream's) passed while the call ran,
+// so it may or may not have taken effect (toolsvc answers so). Anything
+// else the
+// worker treats as an unexpected failure (the tool is quarantined for the
+// run); Category names it without the service's words.
 type RemoteError struct {
 	// Tool and Subject say which call failed.
 	Tool, Subject string
@@ -87,9 +91,18 @@ func (e *RemoteError) Error() string {
 	return fmt.Sprintf("tool %q (nats %s): service error %d %s: %s", e.Tool, e.Subject, e.Code, e.Category(), e.Description)
 }
 
-// Is makes a 429 or 503 match ErrTransient.
+// Is makes a 429 or 503 match ErrTransient, and a 504 (the service's own
+// deadline passed while the call ran) context.DeadlineExceeded. Taken for
+// a failure, a 504 recorded a write that may have happened as one that
+// did not, and told the model it failed.
 func (e *RemoteError) Is(target error) bool {
-	return target == ErrTransient && e.Transient()
+	switch target {
+	case ErrTransient:
+		return e.Transient()
+	case context.DeadlineExceeded:
+		return e.Code == 504
+	}
+	return false
 }
 
 // Transient reports whether a retry may cure the failure: 429 or 503.
@@ -100,7 +113,7 @@ func (e *RemoteError) Transient() bool {
 // Category names the failure in words safe to show anyone: bad_request
 // (400: the service refused arguments loopgate had validated, so the
 // manifest and the service disagree), rate_limited (429), unavailable
-// (503), service_error (anything else).
+// (503), upstream_timeout (504), service_error (anything else).
 func (e *RemoteError) Category() string {
 	switch e.Code {
 	case 400:
@@ -109,6 +122,8 @@ func (e *RemoteError) Category() string {
 		return "rate_limited"
 	case 503:
 		return "unavailable"
+	case 504:
+		return "upstream_timeout"
 	}
 	return "service_error"
 }
@@ -126,7 +141,7 @@ const maxDescription = 512
 // ran); a connection that closes while the request waits for its reply
 // wraps ErrOutcomeUnknown; the end of ctx returns ctx's error (a
 // timeout: for a write, the outcome is unknown); an error reply is a
-// *RemoteError; a
+// *RemoteError (a 504 matches context.DeadlineExceeded); a
 // reply that is not {"result": …}, or whose result breaks result_schema,
 // is an unexpected failure. The result is returned as json.RawMessage.
 func natsFunc(conn Requester, m Manifest, rs *resultSchema) Func {

@@ -168,13 +168,15 @@ func TestNATSExecutorClassifiesErrorReplies(t *testing.T) {
 		wantCode      int
 		wantTransient bool
 		wantCategory  string
+		wantDeadline  bool // the service's own deadline passed: the call may have taken effect
 	}{
-		{"503", "backend down", 503, true, "unavailable"},
-		{"429", "slow down", 429, true, "rate_limited"},
-		{"400", "bad request: topic", 400, false, "bad_request"},
-		{"500", "internal error", 500, false, "service_error"},
-		{"", "no code at all", 0, false, "service_error"},
-		{"teapot", "not a number", 0, false, "service_error"},
+		{"503", "backend down", 503, true, "unavailable", false},
+		{"429", "slow down", 429, true, "rate_limited", false},
+		{"400", "bad request: topic", 400, false, "bad_request", false},
+		{"500", "internal error", 500, false, "service_error", false},
+		{"504", "upstream deadline exceeded", 504, false, "upstream_timeout", true},
+		{"", "no code at all", 0, false, "service_error", false},
+		{"teapot", "not a number", 0, false, "service_error", false},
 	}
 	for i, tt := range tests {
 		subject := "test.err." + strconv.Itoa(i)
@@ -198,6 +200,9 @@ func TestNATSExecutorClassifiesErrorReplies(t *testing.T) {
 		}
 		if errors.Is(err, tools.ErrTransient) != tt.wantTransient {
 			t.Errorf("%s: transient %v, want %v", tt.code, !tt.wantTransient, tt.wantTransient)
+		}
+		if errors.Is(err, context.DeadlineExceeded) != tt.wantDeadline {
+			t.Errorf("%s: deadline exceeded %v, want %v", tt.code, !tt.wantDeadline, tt.wantDeadline)
 		}
 	}
 }

@@ -19,7 +19,9 @@
 // result is sent as {"result": …}; an error becomes a micro error reply
 // whose code tells loopgate how to classify it — Transient (503) for a
 // failure that had no effect and that a retry may cure, BadRequest (400),
-// or any *Error; anything else is a 500 whose details stay in this
+// or any *Error; an error matching context.DeadlineExceeded (the
+// handler's own deadline, an upstream's) is a 504, which loopgate records
+// as an unknown outcome; anything else is a 500 whose details stay in this
 // process's log, as is a panic in the handler, in its result's
 // MarshalJSON or in its error's methods, and a typed nil *Error. The
 // wire contract is in the README ("Remote tools").

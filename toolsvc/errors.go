@@ -11,8 +11,10 @@ import (
 
 // Error is an error reply: Code goes in Nats-Service-Error-Code and
 // Description in Nats-Service-Error. loopgate classifies 429 and 503 as
-// transient (retried once), everything else as a tool failure; the
-// description reaches loopgate's operator log, never the model.
+// transient (retried once), 504 as an unknown outcome (a timeout: a write
+// is reconciled or asked to a human, never re-run blindly), everything
+// else as a tool failure; the description reaches loopgate's operator
+// log, never the model.
 type Error struct {
 	// Code is an HTTP-like status: 400, 429, 500, 503…
 	Code int

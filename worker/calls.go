@@ -530,17 +530,27 @@ func (r *run) invoke(ctx context.Context, a *attempt) (events.ExecutedData, erro
 		out.Result, out.ResultBytes = r.recordable(result)
 		return out, nil
 	case errors.Is(err, context.DeadlineExceeded) && cctx.Err() != nil:
-		out.Status, out.ErrorClass = events.ExecTimeout, "timeout"
+		out.Status, out.ErrorClass = events.ExecTimeout, events.TimedOut
 		out.Message = fmt.Sprintf("stopped waiting after %s; the operation may still be running", a.ex.Deadline.Sub(began).Round(100*time.Millisecond))
 		return out, nil
 	case errors.Is(err, tools.ErrOutcomeUnknown):
 		// As a timeout: the call may have run; a write is reconciled or
 		// asked about, never run again blindly.
-		out.Status, out.ErrorClass = events.ExecTimeout, "connection_lost"
+		out.Status, out.ErrorClass = events.ExecTimeout, events.ConnectionLost
 		out.Message = "the connection to the tool's service closed before its reply came; the operation may have run"
 		return out, nil
 	case errors.Is(err, tools.ErrTransient):
 		out.Status, out.ErrorClass = events.ExecTransient, "transient"
+		return out, nil
+	case errors.Is(err, context.DeadlineExceeded):
+		// A deadline of the tool's own, not loopgate's (that is the first
+		// case): an upstream it called did not answer in time, and may
+		// have done what it was asked. A tool service's 504 says the same
+		// (tools.RemoteError matches it).
+		out.Status, out.ErrorClass = events.ExecTimeout, events.UpstreamTimeout
+		out.Message = "the tool's own deadline passed while the call ran; the operation may have run"
+		r.log.WarnContext(ctx, "tool timed out on its own deadline; the outcome is unknown",
+			"tool", a.c.Call.Tool, "call_id", a.c.Call.ID, "operation_id", a.ex.OperationID, "err", r.p.redactString(err.Error()))
 		return out, nil
 	}
 	// Unexpected: the full error goes to the operator's log only; the

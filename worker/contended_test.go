@@ -113,6 +113,7 @@ func TestAWorkerOutrunByAnotherDriverLetsItFinish(t *testing.T) {
 		bReady    = make(chan struct{})
 		release   = make(chan struct{})
 		startOnce sync.Once
+		calls     atomic.Int32 // model calls, by both pools
 	)
 	b := setup(t, options{
 		layout:  journal.Layout{MaxDeliver: 2, AckWait: 300 * time.Millisecond},
@@ -120,6 +121,7 @@ func TestAWorkerOutrunByAnotherDriverLetsItFinish(t *testing.T) {
 		workers: 2,
 		agents:  map[string]config.Profile{"caller": profile("lookup_complaints")},
 		scripts: map[string]model.Model{"caller": model.Func(func(_ context.Context, req model.Request) (model.Response, error) {
+			calls.Add(1)
 			return model.Response{Output: []byte(steps[min(req.Step, len(steps))-1]), Name: "caller"}, nil
 		})},
 		crash: func(point string) { // pool A's
@@ -164,8 +166,12 @@ func TestAWorkerOutrunByAnotherDriverLetsItFinish(t *testing.T) {
 	unknown := func(tool string) []string {
 		return []string{"proposed", "validated:unknown_tool(" + tool + ")", "observed(" + tool + ")"}
 	}
-	assertTrail(t, evs, concat([]string{"started"}, unknown("email_resident"), unknown("fax_resident"), unknown("page_resident"),
+	assertTrail(t, without(evs, events.TypeDiscarded), concat([]string{"started"}, unknown("email_resident"), unknown("fax_resident"), unknown("page_resident"),
 		[]string{"proposed:final", "finished:done"}))
+	// Every model call A made in vain is in the trail, charged.
+	if lost, stored := len(all(evs, events.TypeDiscarded)), len(all(evs, events.TypeProposed)); int(calls.Load()) != stored+lost || lost == 0 {
+		t.Errorf("%d model calls, %d proposed and %d discarded events: want every call recorded once, A's lost one among them", calls.Load(), stored, lost)
+	}
 	if logs := b.logs.String(); strings.Contains(logs, "poison message") {
 		t.Errorf("a healthy run was taken for a poison message:\n%s", logs)
 	}

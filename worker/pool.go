@@ -781,18 +781,43 @@ const maxReloads = 3
 // events and continues from what they now say, or leaves the run to a
 // second driver that asked the model meanwhile (yieldTo). Only the writer
 // whose executing append won ever runs the tool.
+//
+// A model call whose proposed event lost the race was paid for all the
+// same: it is recorded (discarded) before the worker goes on or leaves,
+// so the run's budgets count it.
 func (p *Pool) drive(ctx context.Context, r *run) (outcome, string) {
 	err := p.driveOnce(ctx, r)
+	var unpaid []events.DiscardedData
+	another := false
 	for i := 0; i < maxReloads && errors.Is(err, journal.ErrConflict); i++ {
 		evs, st, last, lerr := p.readRun(ctx, r.task.Tenant, r.st.RunID)
 		if lerr != nil {
 			return p.failed(ctx, r, lerr)
 		}
-		if st.Finished == nil && !st.IsParked && r.proposedByAnother(evs) {
+		unpaid = r.lostProposals(evs)
+		another = another || r.proposedByAnother(evs)
+		if len(unpaid) > 0 && st.Finished == nil && st.Started != nil {
+			// Recorded by a bare run: it needs no agent profile, which an
+			// operator may have removed meanwhile. Cut short by another
+			// conflict, the next read says which are still unrecorded.
+			rec := p.ender(st, last)
+			if err = rec.chargeDiscarded(ctx, unpaid); err != nil {
+				continue
+			}
+			last = rec.last
+		}
+		if len(unpaid) > 0 && st.Finished != nil {
+			// Nothing follows finished, whose totals are already stored:
+			// the calls are paid for and on no run's record but this line.
+			r.lostToFinished(ctx, unpaid)
+		}
+		unpaid = nil // recorded, or the run ended: nothing counts any more
+		if another && st.Finished == nil && !st.IsParked {
 			if o, reason, ok := p.yieldTo(ctx, r); ok {
 				return o, reason
 			}
 		}
+		another = false
 		nr, nerr := p.newRun(st, last, r.task, r.limits)
 		if nerr != nil {
 			return p.failed(ctx, r, nerr)
@@ -802,6 +827,9 @@ func (p *Pool) drive(ctx context.Context, r *run) (outcome, string) {
 		nr.fired = r.fired
 		r = nr
 		err = p.driveOnce(ctx, r)
+	}
+	if len(unpaid) > 0 {
+		r.log.WarnContext(ctx, "model calls lost to another pass at the run could not be recorded; the run's budgets do not count them", "calls", len(unpaid), "err", err)
 	}
 	return p.failed(ctx, r, err)
 }

@@ -74,15 +74,16 @@ func TestTwoWorkersForcedOntoOneRunNeverBothWrite(t *testing.T) {
 		time.Sleep(100 * time.Millisecond) // long enough for the other worker to look
 		return map[string]string{"ticket": "T-1"}, nil
 	})
+	var paid paidCalls
 	b := setup(t, options{
 		tools: []tools.Manifest{m}, builtins: fns, roles: writerRoles("create_ticket"),
 		agents: map[string]config.Profile{"ticketer": profile("create_ticket")},
-		scripts: map[string]model.Model{"ticketer": model.Func(func(ctx context.Context, req model.Request) (model.Response, error) {
+		scripts: map[string]model.Model{"ticketer": paid.model(model.Func(func(ctx context.Context, req model.Request) (model.Response, error) {
 			if req.Step == 1 {
 				meet.meet(ctx)
 			}
 			return script.Propose(ctx, req)
-		})},
+		}))},
 		retry:   50 * time.Millisecond,
 		workers: 1,
 	})
@@ -96,11 +97,12 @@ func TestTwoWorkersForcedOntoOneRunNeverBothWrite(t *testing.T) {
 		t.Fatal(err)
 	}
 	evs := b.waitEnd(runID)
-	assertTrail(t, evs, concat([]string{"started"}, okStep("create_ticket"), []string{"proposed:final", "finished:done"}))
+	assertTrail(t, without(evs, events.TypeDiscarded), concat([]string{"started"}, okStep("create_ticket"), []string{"proposed:final", "finished:done"}))
 	meet.forced(t)
 	if writes.Load() != 1 {
 		t.Fatalf("the write ran %d times", writes.Load())
 	}
+	paid.charged(t, evs)
 }
 
 // A worker that loses a race to another driver of the run (one that asked
@@ -119,12 +121,13 @@ func TestTheLoserOfARaceLeavesTheRunToItsDriver(t *testing.T) {
 	meet := newRendezvous()
 	var calls [3]atomic.Int32
 	second := make(chan struct{})
+	var paid paidCalls
 	script := scripted(t,
 		`{"tool_calls":[{"tool":"email_resident","args":{"to":"r@example.org"}}]}`,
 		`{"final_answer":{"summary":"nothing sent"}}`)
 	b := setup(t, options{
 		agents: map[string]config.Profile{"caller": profile("lookup_complaints")},
-		scripts: map[string]model.Model{"caller": model.Func(func(ctx context.Context, req model.Request) (model.Response, error) {
+		scripts: map[string]model.Model{"caller": paid.model(model.Func(func(ctx context.Context, req model.Request) (model.Response, error) {
 			if req.Step < len(calls) {
 				switch calls[req.Step].Add(1) {
 				case 1:
@@ -144,7 +147,7 @@ func TestTheLoserOfARaceLeavesTheRunToItsDriver(t *testing.T) {
 				meet.meet(ctx)
 			}
 			return script.Propose(ctx, req)
-		})},
+		}))},
 		retry:   50 * time.Millisecond,
 		workers: 1,
 	})
@@ -156,7 +159,8 @@ func TestTheLoserOfARaceLeavesTheRunToItsDriver(t *testing.T) {
 		t.Fatal(err)
 	}
 	evs := b.waitEnd(runID)
-	assertTrail(t, evs, []string{"started", "proposed", "validated:unknown_tool(email_resident)", "observed(email_resident)", "proposed:final", "finished:done"})
+	assertTrail(t, without(evs, events.TypeDiscarded), []string{"started", "proposed", "validated:unknown_tool(email_resident)", "observed(email_resident)", "proposed:final", "finished:done"})
+	paid.charged(t, evs)
 	meet.forced(t)
 	if got := calls[1].Load(); got != 2 {
 		t.Fatalf("step 1 was proposed %d times, want 2: the race was not forced", got)
@@ -167,4 +171,51 @@ func TestTheLoserOfARaceLeavesTheRunToItsDriver(t *testing.T) {
 	if !strings.Contains(b.logs.String(), "leaving it to that worker") {
 		t.Errorf("no worker logged that it left the run to its driver:\n%s", b.logs.String())
 	}
+}
+
+// paidCalls counts the model calls of a run and gives each a usage of
+// its own, so a run's totals say which calls they count.
+type paidCalls struct{ n atomic.Int32 }
+
+func (p *paidCalls) model(m model.Model) model.Model {
+	return model.Func(func(ctx context.Context, req model.Request) (model.Response, error) {
+		resp, err := m.Propose(ctx, req)
+		if err == nil {
+			resp.Usage = events.Usage{InputTokens: 1000, OutputTokens: 1 << p.n.Add(1)}
+		}
+		return resp, err
+	})
+}
+
+// charged fails t unless the run's finished totals count every model call
+// made, each once: the one the forced race's loser paid for in vain
+// among them, recorded in one discarded event.
+func (p *paidCalls) charged(t *testing.T, evs []events.Event) {
+	t.Helper()
+	n := int(p.n.Load())
+	want := events.Usage{InputTokens: 1000 * n}
+	for i := 1; i <= n; i++ {
+		want.OutputTokens += 1 << i
+	}
+	totals := last[events.FinishedData](t, evs, events.TypeFinished).Totals
+	if totals.Usage != want {
+		t.Errorf("the run's totals count usage %+v, want %+v: all %d model calls, each once", totals.Usage, want, n)
+	}
+	if totals.Events != len(evs) {
+		t.Errorf("the run's totals count %d events, its trail has %d", totals.Events, len(evs))
+	}
+	if d := all(evs, events.TypeDiscarded); len(d) != 1 {
+		t.Errorf("%d discarded events, want 1: the model call the race's loser lost", len(d))
+	}
+}
+
+// without returns evs without the events of type typ.
+func without(evs []events.Event, typ events.Type) []events.Event {
+	var out []events.Event
+	for _, e := range evs {
+		if e.Type != typ {
+			out = append(out, e)
+		}
+	}
+	return out
 }

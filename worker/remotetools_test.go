@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"strconv"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/loopgate/loopgate/config"
 	"github.com/loopgate/loopgate/events"
+	"github.com/loopgate/loopgate/idempotency"
 	"github.com/loopgate/loopgate/internal/natstest"
 	"github.com/loopgate/loopgate/journal"
 	"github.com/loopgate/loopgate/model"
@@ -109,11 +111,18 @@ func TestAConnectionClosedAfterTheServiceGotTheRequestIsAnUnknownOutcome(t *test
 // startGreeter serves one endpoint, greet on test.review.greet, with h.
 func startGreeter(t *testing.T, nc *nats.Conn, h toolsvc.Handler) {
 	t.Helper()
-	svc, err := toolsvc.New(nc, &toolsvc.Config{Name: "greeter", Logger: quietLog})
+	startService(t, nc, "greet", "test.review.greet", h)
+}
+
+// startService serves one endpoint, tool on subject, with h, through a
+// toolsvc service on nc, stopped when the test ends.
+func startService(t *testing.T, nc *nats.Conn, tool, subject string, h toolsvc.Handler) {
+	t.Helper()
+	svc, err := toolsvc.New(nc, &toolsvc.Config{Name: "remote", Logger: quietLog})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := svc.Add("greet", "test.review.greet", h); err != nil {
+	if err := svc.Add(tool, subject, h); err != nil {
 		t.Fatal(err)
 	}
 	if err := svc.Start(t.Context()); err != nil {
@@ -242,33 +251,13 @@ func TestARemoteResolversErrorIsRedactedInTheLog(t *testing.T) {
 		layout:  journal.Layout{MaxDeliver: 2},
 		retry:   20 * time.Millisecond,
 	})
-	svc, err := toolsvc.New(b.env.Conn, &toolsvc.Config{Name: "owners", Logger: quietLog})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := svc.Add("owner", "test.review.owner", func(context.Context, toolsvc.Request) (any, error) {
-		return nil, toolsvc.Transient(errors.New("CRM record of " + secret + " is locked"))
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if err := svc.Start(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = svc.Stop(ctx)
-	})
-	reg, err := tools.NewRegistry([]tools.Manifest{{
+	fn := remoteFunc(t, b, tools.Manifest{
 		Name: "owner", Description: "Who owns a complaint.", Permission: tools.Read,
 		ArgsSchema: json.RawMessage(`{"type":"object","properties":{"id":{"type":"string"}}}`),
 		Executor:   tools.Executor{NATS: "test.review.owner"}, Timeout: events.Duration(2 * time.Second),
-	}}, nil, tools.WithConn(b.env.Conn))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rt, _ := reg.Lookup("owner")
-	fn := rt.Func()
+	}, func(context.Context, toolsvc.Request) (any, error) {
+		return nil, toolsvc.Transient(errors.New("CRM record of " + secret + " is locked"))
+	})
 	owner.Store(&fn)
 
 	evs := b.waitEnd(b.submit(task("remote-res-redact", "remote-res")))
@@ -287,5 +276,93 @@ func TestARemoteResolversErrorIsRedactedInTheLog(t *testing.T) {
 				break
 			}
 		}
+	}
+}
+
+// remoteFunc serves m's tool with h through a real toolsvc service on
+// b's server, on m.Executor.NATS, and returns the NATS executor that calls
+// it. The harness's registry has no connection: a builtin that calls the
+// returned Func stands for the remote tool.
+func remoteFunc(t *testing.T, b *bundle, m tools.Manifest, h toolsvc.Handler) tools.Func {
+	t.Helper()
+	startService(t, b.env.Conn, m.Name, m.Executor.NATS, h)
+	reg, err := tools.NewRegistry([]tools.Manifest{m}, nil, tools.WithConn(b.env.Conn))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt, _ := reg.Lookup(m.Name)
+	return rt.Func()
+}
+
+// A tool whose own deadline passed while it ran (an upstream it called did
+// not answer in time) may have done the write. A tool service says so with
+// a 504 (toolsvc answers it when its handler returns
+// context.DeadlineExceeded); a builtin returns context.DeadlineExceeded
+// before loopgate's deadline. Both used to be recorded as tool_failed (the
+// operation record failed, the model told the tool failed, the tool
+// quarantined). They are an unknown outcome, as loopgate's own deadline
+// is: executed timeout, class upstream_timeout, the record unknown, and
+// never run again blindly (no reconcile tool, not idempotent: a human
+// decides).
+func TestAWriteWhoseToolTimedOutOnItsOwnIsAnUnknownOutcome(t *testing.T) {
+	t.Parallel()
+	// The ticket system takes the write and does not answer in time.
+	upstreamTimeout := fmt.Errorf("ticket system: %w", context.DeadlineExceeded)
+	for _, served := range []string{"builtin", "tool service"} {
+		t.Run(served, func(t *testing.T) {
+			t.Parallel()
+			var runs atomic.Int32
+			createTicket := func() (any, error) {
+				if runs.Add(1) == 1 {
+					return nil, upstreamTimeout
+				}
+				return map[string]string{"ticket": "T-1"}, nil
+			}
+			fn := func(context.Context, tools.Call) (any, error) { return createTicket() }
+			var remote atomic.Pointer[tools.Func]
+			if served == "tool service" {
+				// The harness's registry has no connection: the builtin
+				// is the nats executor of a registry of its own, on the
+				// harness's server, calling a real tool service.
+				fn = func(ctx context.Context, c tools.Call) (any, error) { return (*remote.Load())(ctx, c) }
+			}
+			m := fakeTool("create_ticket", tools.Write, false)
+			m.Approval = tools.ApprovalNone
+			b := setup(t, options{
+				tools: []tools.Manifest{m}, builtins: tools.Builtins{"create_ticket": fn},
+				roles:   writerRoles("create_ticket"),
+				agents:  map[string]config.Profile{"ticketer": profile("create_ticket")},
+				scripts: map[string]model.Model{"ticketer": scripted(t, `{"tool_calls":[{"tool":"create_ticket","args":{"n":1}}]}`, `{"final_answer":{"summary":"ok"}}`)},
+			})
+			if served == "tool service" {
+				rm := m
+				rm.Executor = tools.Executor{NATS: "test.review.tickets"}
+				rfn := remoteFunc(t, b, rm, func(context.Context, toolsvc.Request) (any, error) { return createTicket() })
+				remote.Store(&rfn)
+			}
+
+			runID := b.submit(task("upstream-timeout-1", "ticketer"))
+			b.waitType(runID, events.TypeParked, 1)
+			q := last[events.ApprovalRequestedData](t, []events.Event{b.waitType(runID, events.TypeApprovalRequested, 1)}, events.TypeApprovalRequested)
+			if q.Kind != "needs_human" || runs.Load() != 1 {
+				t.Fatalf("after the tool's own timeout: question %q, %d runs; want needs_human after one run", q.Kind, runs.Load())
+			}
+			evs, _, err := b.env.Journal.Load(t.Context(), "cityops", runID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			x := last[events.ExecutedData](t, evs, events.TypeExecuted)
+			if x.Status != events.ExecTimeout || x.ErrorClass != events.UpstreamTimeout {
+				t.Errorf("executed %s/%s, want %s/%s", x.Status, x.ErrorClass, events.ExecTimeout, events.UpstreamTimeout)
+			}
+			if rec := idemRecord(t, b, x.OperationID); rec.State != idempotency.Unknown {
+				t.Errorf("operation record %s: state %q, want %q", x.OperationID, rec.State, idempotency.Unknown)
+			}
+			b.publishApproval(runID, "s1c1", q.ArgsHash, "retry", "supervisor@cityops", "checked: no ticket exists")
+			assertTrail(t, b.waitEnd(runID), timedOutThenRetriedByAHuman("create_ticket"))
+			if runs.Load() != 2 {
+				t.Errorf("the write ran %d times, want 2 (once, then once more on a human's retry)", runs.Load())
+			}
+		})
 	}
 }

@@ -20,7 +20,10 @@ import (
 // decision of the model not yet stored (asked again). Such a record changes
 // nothing the worker decided on (events.RunState.Apply folds it into no
 // field but the count), so the worker makes room for it instead: its
-// events move up and are appended again.
+// events move up and are appended again. A worker that lost the run to
+// its driver records the model call it paid for in vain the same way
+// (discarded, events.Type.IsRecord); the driver making room for it adds
+// its usage to the run's totals.
 
 // maxMadeRoom bounds how often one append makes room before the conflict
 // goes to drive, which reloads: a run flooded with junk approval messages
@@ -99,20 +102,55 @@ func (r *run) makeRoom(ctx context.Context, pending []events.Event) (rest []even
 	if len(records) == 0 {
 		return nil, false, nil
 	}
+	var charges []events.DiscardedData
 	for _, e := range records {
-		if e.Type != events.TypeApprovalRejected {
+		if !e.Type.IsRecord() {
 			return nil, false, nil
+		}
+		if e.Type == events.TypeDiscarded {
+			var d events.DiscardedData
+			if err := e.Decode(&d); err != nil {
+				return nil, false, nil
+			}
+			charges = append(charges, d)
 		}
 	}
 	rest = pending[stored:]
 	next := records[len(records)-1].Seq + 1
 	for i := range rest {
 		rest[i].Seq = next + uint64(i)
+		if rest[i].Type == events.TypeFinished && !r.countRecords(&rest[i], len(records), charges) {
+			return nil, false, nil
+		}
 	}
 	// pending's events are in the state already (staged) or go in after
 	// this (append): either way the state's count moves by the records.
 	r.st.LastSeq += uint64(len(records))
+	for _, d := range charges {
+		r.st.Charge(d) // the budgets count what another pass at the run paid for
+	}
 	r.last = last
-	r.log.DebugContext(ctx, "approval messages recorded meanwhile; appending after them", "records", len(records), "last_seq", next-1)
+	r.log.DebugContext(ctx, "records appended meanwhile (answers that decided nothing, model calls another pass lost); appending after them", "records", len(records), "last_seq", next-1)
 	return rest, true, nil
+}
+
+// countRecords adds the records a finished event now follows to the totals
+// it was staged with: n more events, and the model calls charged. It
+// reports false if the event cannot be rewritten (then the run reloads).
+func (r *run) countRecords(e *events.Event, n int, charges []events.DiscardedData) bool {
+	var d events.FinishedData
+	if err := e.Decode(&d); err != nil {
+		return false
+	}
+	d.Totals.Events += n
+	for _, c := range charges {
+		d.Totals.Usage.Add(c.Usage)
+		d.Totals.CostUSD += c.CostUSD
+	}
+	raw, err := events.EncodeData(d)
+	if err != nil {
+		return false
+	}
+	e.Data = raw
+	return true
 }

@@ -42,11 +42,12 @@ type run struct {
 	// were redacted cannot be validated or run faithfully by another.
 	fresh map[string]bool
 	// read is the seq of the run's last event when this worker read it,
-	// and proposals the ids of the proposed events it appended since:
-	// together they tell another driver's model calls from its own
-	// (proposedByAnother).
+	// and proposals the model calls whose proposed events it appended
+	// since: together they tell another driver's model calls from its own
+	// (proposedByAnother), and its own that the run did not keep
+	// (lostProposals), whose usage is charged all the same.
 	read      uint64
-	proposals []string
+	proposals []events.DiscardedData
 	// fired is when JetStream fired the scheduled wake-up that began this
 	// pass (an expiry, a lease's end), by the server's clock: zero for any
 	// other message. It says the server's time is at least that.
@@ -131,7 +132,7 @@ func (r *run) append(ctx context.Context, typ events.Type, step int, callID, too
 	stored := e
 	stored.Data, _ = r.p.redactor.JSON(e.Data)
 	if typ == events.TypeProposed {
-		r.proposals = append(r.proposals, e.EventID)
+		r.proposals = append(r.proposals, events.DiscardedData{Proposal: e.EventID})
 	}
 	if r.batch {
 		r.staged = append(r.staged, stored)
@@ -316,7 +317,14 @@ func (r *run) propose(ctx context.Context) error {
 			r.know(c.ID)
 		}
 	}
-	return r.append(ctx, events.TypeProposed, step, "", "", raw)
+	before := len(r.proposals)
+	err = r.append(ctx, events.TypeProposed, step, "", "", raw)
+	if n := len(r.proposals); n > before {
+		// What the call cost, should the run not keep its decision.
+		p := &r.proposals[n-1]
+		p.Usage, p.CostUSD, p.Model, p.LatencyMS = data.Usage, data.CostUSD, data.Model, data.LatencyMS
+	}
+	return err
 }
 
 // proposal encodes data, the model's answer out as understood, for its
@@ -401,11 +409,69 @@ func (r *run) adopt(old *run) {
 func (r *run) proposedByAnother(evs []events.Event) bool {
 	for i := range evs {
 		e := &evs[i]
-		if e.Seq > r.read && e.Type == events.TypeProposed && !slices.Contains(r.proposals, e.EventID) {
+		if e.Seq > r.read && e.Type == events.TypeProposed && !r.proposed(e.EventID) {
 			return true
 		}
 	}
 	return false
+}
+
+// proposed reports whether r appended the proposed event id.
+func (r *run) proposed(id string) bool {
+	return slices.ContainsFunc(r.proposals, func(p events.DiscardedData) bool { return p.Proposal == id })
+}
+
+// lostProposals returns the model calls r made that evs, the run read
+// again after a lost append, hold neither as a proposed event nor as a
+// discarded one: paid for, decided by another driver instead, and not yet
+// recorded (a recording cut short by another conflict records the rest).
+func (r *run) lostProposals(evs []events.Event) []events.DiscardedData {
+	onRecord := map[string]bool{}
+	for i := range evs {
+		switch e := &evs[i]; e.Type {
+		case events.TypeProposed:
+			onRecord[e.EventID] = true
+		case events.TypeDiscarded:
+			var d events.DiscardedData
+			if e.Decode(&d) == nil {
+				onRecord[d.Proposal] = true
+			}
+		}
+	}
+	var lost []events.DiscardedData
+	for _, p := range r.proposals {
+		if !onRecord[p.Proposal] {
+			lost = append(lost, p)
+		}
+	}
+	return lost
+}
+
+// lostToFinished logs the model calls r lost to another driver that then
+// finished the run: a discarded event cannot follow finished, so the
+// calls' usage and cost are in the log only, for an operator adding up
+// what the provider billed against the run's finished totals.
+func (r *run) lostToFinished(ctx context.Context, lost []events.DiscardedData) {
+	var usage events.Usage
+	cost := 0.0
+	for _, d := range lost {
+		usage.Add(d.Usage)
+		cost += d.CostUSD
+	}
+	r.log.WarnContext(ctx, "model calls lost to another worker that finished the run meanwhile; its finished totals do not count them",
+		"calls", len(lost), "input_tokens", usage.InputTokens, "output_tokens", usage.OutputTokens, "cost_usd", cost)
+}
+
+// chargeDiscarded records the model calls of another pass at the run
+// whose decisions it did not keep (discarded), so their usage counts
+// toward its budgets.
+func (r *run) chargeDiscarded(ctx context.Context, lost []events.DiscardedData) error {
+	for _, d := range lost {
+		if err := r.append(ctx, events.TypeDiscarded, r.st.CurrentStep, "", "", d); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // boundedRaw keeps at most 4 KiB of an invalid model output for the trail.

@@ -444,6 +444,19 @@ func timingOut(name string, runs *atomic.Int32) (tools.Manifest, tools.Builtins)
 	return m, fns
 }
 
+// timedOutThenRetriedByAHuman is the trail of a one-call run whose write
+// (not idempotent, no reconcile tool) timed out, was asked to a human,
+// retried on their answer and succeeded, before the final answer.
+func timedOutThenRetriedByAHuman(tool string) []string {
+	return []string{
+		"started", "proposed", "validated:ok(" + tool + ")",
+		"executing(" + tool + ")", "executed:timeout(" + tool + ")",
+		"approval_requested(" + tool + ")", "parked", "approved:retry(" + tool + ")",
+		"executing(" + tool + ")", "executed:ok(" + tool + ")", "observed(" + tool + ")",
+		"proposed:final", "finished:done",
+	}
+}
+
 func TestATimedOutWriteIsNeverRetriedBlindly(t *testing.T) {
 	t.Parallel()
 	var runs atomic.Int32
@@ -461,14 +474,7 @@ func TestATimedOutWriteIsNeverRetriedBlindly(t *testing.T) {
 		t.Fatalf("after a timeout: question %q, %d runs; want needs_human after one run", q.Kind, runs.Load())
 	}
 	b.publishApproval(runID, "s1c1", q.ArgsHash, "retry", "supervisor@cityops", "checked: no ticket exists")
-	evs := b.waitEnd(runID)
-	assertTrail(t, evs, []string{
-		"started", "proposed", "validated:ok(create_ticket)",
-		"executing(create_ticket)", "executed:timeout(create_ticket)",
-		"approval_requested(create_ticket)", "parked", "approved:retry(create_ticket)",
-		"executing(create_ticket)", "executed:ok(create_ticket)", "observed(create_ticket)",
-		"proposed:final", "finished:done",
-	})
+	assertTrail(t, b.waitEnd(runID), timedOutThenRetriedByAHuman("create_ticket"))
 	if runs.Load() != 2 {
 		t.Errorf("tool ran %d times, want 2 (once, then once more on a human's retry)", runs.Load())
 	}

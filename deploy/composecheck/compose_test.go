@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -158,4 +159,59 @@ func dockerfileStages(t *testing.T, path string) (stages map[string][]string, la
 		stages[last] = append(stages[last], line)
 	}
 	return stages, last
+}
+
+// TestTheBuildImageHasTheGoThatGoModNeeds checks that the Dockerfile's
+// build stage names a golang image whose Go is at least go.mod's go
+// directive. The official images set GOTOOLCHAIN=local, so a bare
+// golang:1.26 that a machine pulled before go.mod's patch release (or
+// still has cached) refuses to build the module at all.
+func TestTheBuildImageHasTheGoThatGoModNeeds(t *testing.T) {
+	mod, err := os.ReadFile("../../go.mod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var need string
+	for line := range strings.Lines(string(mod)) {
+		if f := strings.Fields(line); len(f) == 2 && f[0] == "go" {
+			need = f[1]
+		}
+	}
+	df, err := os.ReadFile("../../Dockerfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var image string
+	for line := range strings.Lines(string(df)) {
+		if f := strings.Fields(line); len(f) == 4 && f[0] == "FROM" && f[3] == "build" {
+			image = f[1]
+		}
+	}
+	tag, ok := strings.CutPrefix(image, "golang:")
+	if need == "" || !ok {
+		t.Fatalf("go.mod's go %q, the build stage's image %q: want a go directive and a golang image", need, image)
+	}
+	tag, _, _ = strings.Cut(tag, "-") // golang:1.26.8-bookworm
+	if goVersionLess(tag, need) {
+		t.Errorf("the build stage's image %s has Go %s at the least, go.mod needs %s: name that patch release or a later one", image, tag, need)
+	}
+}
+
+// goVersionLess compares dotted Go versions (1.26, 1.26.5); a missing
+// part counts as 0, the least a floating tag like golang:1.26 may be.
+func goVersionLess(a, b string) bool {
+	as, bs := strings.Split(a, "."), strings.Split(b, ".")
+	for i := range max(len(as), len(bs)) {
+		var x, y int
+		if i < len(as) {
+			x, _ = strconv.Atoi(as[i])
+		}
+		if i < len(bs) {
+			y, _ = strconv.Atoi(bs[i])
+		}
+		if x != y {
+			return x < y
+		}
+	}
+	return false
 }

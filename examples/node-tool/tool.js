@@ -42,7 +42,9 @@ class Expired extends Error {}
 
 // ToolError is an error reply: code in Nats-Service-Error-Code, description
 // in Nats-Service-Error. loopgate retries 429 and 503 once (transient: the
-// call had no effect); anything else is a tool failure.
+// call had no effect), records 504 as an unknown outcome (an upstream's
+// deadline passed: the call may have taken effect); anything else is a
+// tool failure.
 class ToolError extends Error {
   constructor(code, description) {
     super(description);
