@@ -16,6 +16,7 @@ func TestWaitOutageTriesAgainWhenTold(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- p.waitOutage(t.Context(), 10*time.Second) }()
 	time.Sleep(50 * time.Millisecond)
+	awaitWaiter(t, &p.recovery)
 	p.recovery.tell()
 	if err := <-done; err != nil {
 		t.Fatal(err)
@@ -37,11 +38,32 @@ func TestWaitOutageTriesAgainWhenTold(t *testing.T) {
 	began = time.Now()
 	go func() { done <- p.waitOutage(t.Context(), 10*time.Second) }()
 	time.Sleep(500 * time.Millisecond)
+	awaitWaiter(t, &p.recovery)
 	p.recovery.tell()
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
 	if waited := time.Since(began); waited > 3*time.Second {
 		t.Errorf("told after 500ms, waited %s", waited)
+	}
+}
+
+// awaitWaiter returns once some waitOutage holds r's channel: a tell
+// before that wakes no one, and on a loaded machine the goroutine may
+// reach its wait only after the test's sleep.
+func awaitWaiter(t *testing.T, r *recovery) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		r.mu.Lock()
+		waiting := r.ch != nil
+		r.mu.Unlock()
+		if waiting {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no waitOutage began waiting within 5s")
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
