@@ -70,6 +70,22 @@ type Manifest struct {
 	// reports {"applied": bool, "result": ...}: whether an operation whose
 	// outcome is unknown took effect.
 	Reconcile string `json:"reconcile,omitempty"`
+	// ReconcileFences declares that the Reconcile tool, when it answers
+	// "not applied", also marks the operation id abandoned in the backend,
+	// so an attempt still under way can no longer take effect: after such
+	// an answer a new attempt is safe at once. Defaults to false.
+	ReconcileFences bool `json:"reconcile_fences,omitempty"`
+	// MaxEffectDelay is how long after an attempt's deadline its effect may
+	// still land in the backend. A reconcile that does not fence is asked
+	// only once that much time has passed. Required for a write tool that
+	// is neither Idempotent nor ReconcileFences and names a Reconcile tool;
+	// no default.
+	MaxEffectDelay events.Duration `json:"max_effect_delay,omitempty"`
+	// UntrustedOutput declares that the tool's results carry third-party
+	// text (complaint descriptions, e-mails, web pages). Once a run has
+	// observed such a result, every later write in it is gated by a
+	// human, whatever the tool's Approval says. Defaults to false.
+	UntrustedOutput bool `json:"untrusted_output,omitempty"`
 	// Tenants the tool serves. Defaults to every tenant.
 	Tenants []string `json:"tenants,omitempty"`
 	// Resources name the arguments that identify resources, and the
