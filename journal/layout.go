@@ -45,6 +45,10 @@ const (
 	// answered, compacted to a byte budget. It is separate from the runs'
 	// work state (the events) by design.
 	BucketSessions = "loopgate_sessions"
+	// BucketKeys holds each tenant's data key, wrapped by the operator's
+	// key-encryption key, per <tenant> (package seal). Purging a tenant's
+	// key crypto-shreds every value sealed under it.
+	BucketKeys = "loopgate_keys"
 
 	// ConsumerWorkers is the one durable pull consumer on StreamWork that
 	// every worker of every process shares: a work-queue stream allows one
@@ -285,6 +289,12 @@ func (l Layout) buckets() []jetstream.KeyValueConfig {
 			Storage:     jetstream.FileStorage,
 			Replicas:    l.Replicas,
 		},
+		{
+			Bucket:      BucketKeys,
+			Description: "loopgate tenants' wrapped data keys per <tenant>",
+			Storage:     jetstream.FileStorage,
+			Replicas:    l.Replicas,
+		},
 	}
 }
 
@@ -374,6 +384,7 @@ var bucketStreams = map[string]bucketStream{
 	BucketIdempotency: {leaderReads: true},
 	BucketSessions:    {leaderReads: true},
 	BucketRuns:        {atomic: true},
+	BucketKeys:        {leaderReads: true},
 }
 
 // ensureBucket creates or updates a bucket and sets what want says on its
