@@ -8,12 +8,15 @@ import (
 )
 
 // namespace roots every name-based UUID loopgate mints. Changing it would
-// change every run and operation id: it is part of the wire contract.
+// change every run and operation id: it is part of the wire contract, and
+// the README documents it with the name bytes of RunID and OperationID so
+// that clients can derive the same ids.
 var namespace = uuid.MustParse("6f1c8a52-3d0e-4b7a-9a51-0c2d6e7f4b10")
 
-// RunID derives a run's id from the tenant and the client's task id (a UUID
-// v5), so a redelivered or republished task finds its run instead of
-// starting a second one.
+// RunID derives a run's id from the tenant and the client's task id: the
+// UUID v5 of namespace and the bytes "run", NUL, tenant, NUL, task id. A
+// redelivered or republished task finds its run instead of starting a
+// second one, and an upstream system can compute the id before publishing.
 func RunID(tenant, taskID string) string {
 	return uuid.NewSHA1(namespace, []byte("run\x00"+tenant+"\x00"+taskID)).String()
 }
