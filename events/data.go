@@ -114,6 +114,22 @@ type ToolCall struct {
 	// Only the worker that proposed the call knew them; no other may
 	// validate or run it from what is stored.
 	Redacted bool `json:"redacted,omitempty"`
+	// Sealed holds the real arguments, encrypted, when Redacted: any
+	// worker with the tenant's data key opens them (see Sealed).
+	Sealed *Sealed `json:"sealed,omitempty"`
+}
+
+// Sealed is a value kept encrypted in the audit stream: the real
+// arguments of a call whose stored arguments were redacted. Box is the
+// AES-256-GCM ciphertext of the value's JSON under the data key Key of the
+// event's tenant, with Nonce; the additional data binds it to the tenant,
+// run, call and event type, so a box moved to another call does not open.
+// Deleting the tenant's data key makes every box under it unrecoverable
+// (crypto-shredding) while the events stay readable.
+type Sealed struct {
+	Key   string `json:"key"`
+	Nonce []byte `json:"nonce"`
+	Box   []byte `json:"box"`
 }
 
 // FinalAnswer ends a run.
@@ -203,6 +219,9 @@ type ValidatedData struct {
 	// operation id, so an attempt whose outcome is unknown may be run
 	// again without asking anyone (trail.Check reads it).
 	Idempotent bool `json:"idempotent,omitempty"`
+	// Sealed holds the real canonical arguments, encrypted, when Redacted
+	// and ok: their hash is ArgsHash.
+	Sealed *Sealed `json:"sealed,omitempty"`
 }
 
 // DeniedData: policy refused a call.

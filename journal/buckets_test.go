@@ -23,7 +23,7 @@ func TestDecidingBucketsReadFromTheLeader(t *testing.T) {
 	c := natstest.StartCluster(t)
 	ctx := t.Context()
 	want := map[string]bool{ // bucket: direct gets (reads from any replica)
-		journal.BucketApprovals: false, journal.BucketIdempotency: false, journal.BucketSessions: false, journal.BucketRuns: true,
+		journal.BucketApprovals: false, journal.BucketIdempotency: false, journal.BucketSessions: false, journal.BucketRuns: true, journal.BucketKeys: false,
 	}
 	check := func(when string) {
 		for bucket, direct := range want {
