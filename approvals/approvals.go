@@ -188,8 +188,15 @@ func (p Policy) arrived(now time.Time) time.Time {
 // matters: a replay of a decided call is a no-op whoever sends it; then
 // the message is authenticated (unsigned, bad_signature, stale_signature),
 // so that nothing a forged message claims is judged; then what it says is.
+//
+// A message for a question no person answered (its expiry decided it, or
+// its run ended with it unanswered) that came at or after the question's
+// expiry is expired, not not_pending: it was late, whatever happened since.
 func Check(msg Message, e Entry, p Policy, now time.Time) (class, detail string) {
 	if !e.Pending() {
+		if unansweredByAPerson(e) && !e.ExpiresAt.IsZero() && !p.arrived(now).Before(e.ExpiresAt) {
+			return RejectExpired, ExpiredDetail(e.ExpiresAt)
+		}
 		return RejectNotPending, NotPendingDetail(e)
 	}
 	if class, detail := authenticate(msg, p, now); class != "" {
@@ -209,9 +216,21 @@ func Check(msg Message, e Entry, p Policy, now time.Time) (class, detail string)
 	case samePrincipal(msg.Approver.ID, e.Principal) && !p.AllowSelf:
 		return RejectSelf, msg.Approver.ID + " asked for this run and may not approve it"
 	case !p.arrived(now).Before(e.ExpiresAt):
-		return RejectExpired, "the question expired at " + e.ExpiresAt.UTC().Format(time.RFC3339)
+		return RejectExpired, ExpiredDetail(e.ExpiresAt)
 	}
 	return "", ""
+}
+
+// unansweredByAPerson reports whether a settled entry was settled by no
+// one: its expiry decided it, or its run ended with it withdrawn.
+func unansweredByAPerson(e Entry) bool {
+	return e.State == StateWithdrawn || e.Decision == Expired
+}
+
+// ExpiredDetail is the detail of an expired rejection: when the question
+// expired.
+func ExpiredDetail(expiresAt time.Time) string {
+	return "the question expired at " + expiresAt.UTC().Format(time.RFC3339)
 }
 
 // samePrincipal reports whether an approver id and a task's principal id

@@ -451,6 +451,45 @@ func (p *Pool) recordUndecided(ctx context.Context, msg approvalMsg, tenant, run
 	return settled, "", nil
 }
 
+// unansweredExpiry returns the expiry of the run's latest question about
+// callID when no person answered it (its expiry decided it, or the run
+// ended with it open), as the run's events record it; false when the call
+// was never asked or a person answered its latest question.
+func unansweredExpiry(evs []events.Event, callID string) (time.Time, bool) {
+	var at time.Time
+	asked, answered := false, false
+	for i := range evs {
+		e := &evs[i]
+		if e.CallID != callID {
+			continue
+		}
+		switch e.Type {
+		case events.TypeApprovalRequested:
+			var d events.ApprovalRequestedData
+			if e.Decode(&d) != nil {
+				return time.Time{}, false
+			}
+			at, asked, answered = d.ExpiresAt, true, false
+		case events.TypeApproved:
+			var d events.ApprovedData
+			if e.Decode(&d) != nil {
+				return time.Time{}, false
+			}
+			answered = d.Decision != string(approvals.Expired)
+		}
+	}
+	return at, asked && !answered && !at.IsZero()
+}
+
+// arrival is when an approval message reached its stream; now when that
+// is not known.
+func arrival(msg approvalMsg, now time.Time) time.Time {
+	if msg.received.IsZero() {
+		return now
+	}
+	return msg.received
+}
+
 // recorded reports whether a run's events record what approval message
 // seq did: an approved event or an approval_rejected event naming it.
 func recorded(evs []events.Event, seq uint64) (approved, rejected bool) {
@@ -595,6 +634,9 @@ func (p *Pool) decide(ctx context.Context, msg approvalMsg) (outcome, string) {
 			// acknowledged once it is written (handleApproval).
 			p.putRun(ctx, st, st.Started.Task, journal.RunFinished)
 			return settled, ""
+		}
+		if at, ok := unansweredExpiry(evs, callID); ok && !arrival(msg, p.now()).Before(at) {
+			return reject(approvals.RejectExpired, fmt.Sprintf("%s; the run has finished (%s)", approvals.ExpiredDetail(at), st.Finished.Reason), m, nil)
 		}
 		return reject(approvals.RejectNotPending, fmt.Sprintf("the run has finished (%s): no question of it awaits a decision", st.Finished.Reason), m, nil)
 	}

@@ -284,10 +284,10 @@ func TestPendingApprovalExpiresAndIsTreatedAsADenial(t *testing.T) {
 	if e := pendingEntry(t, b, runID, "s1c1"); e.State != "expired" {
 		t.Errorf("entry = %+v, want expired", e)
 	}
-	// A late approval changes nothing.
+	// A late approval changes nothing, and says it came too late.
 	q := last[events.ApprovalRequestedData](t, evs, events.TypeApprovalRequested)
 	b.publishApproval(runID, "s1c1", q.ArgsHash, "approve", "supervisor@cityops", "late")
-	if d := last[events.ApprovalRejectedData](t, []events.Event{b.waitType(runID, events.TypeApprovalRejected, 1)}, events.TypeApprovalRejected); d.Class != approvals.RejectNotPending {
+	if d := last[events.ApprovalRejectedData](t, []events.Event{b.waitType(runID, events.TypeApprovalRejected, 1)}, events.TypeApprovalRejected); d.Class != approvals.RejectExpired {
 		t.Errorf("late approval rejected as %q", d.Class)
 	}
 	if ran.Load() != 0 {
