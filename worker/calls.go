@@ -78,6 +78,9 @@ func (r *run) recordable(result json.RawMessage) (json.RawMessage, int) {
 // events say is done, so a resumed run picks up mid-decision.
 func (r *run) runCalls(ctx context.Context) error {
 	step := r.st.CurrentStep
+	if err := r.openSealed(ctx); err != nil {
+		return err
+	}
 	for _, c := range r.st.CurrentCalls {
 		if c.Validated == nil {
 			var v *events.ValidatedData
@@ -85,7 +88,7 @@ func (r *run) runCalls(ctx context.Context) error {
 				// Validating the stored placeholders would run the tool
 				// with them, an approver approving them unawares.
 				v = &events.ValidatedData{Status: events.InvalidArguments, Redacted: true, Errors: []events.FieldError{{Field: "",
-					Message: "the arguments held sensitive values, which loopgate never stores, and the worker that knew them is gone: propose the call again"}}}
+					Message: r.lostArgs(c.Call.ID) + ": propose the call again"}}}
 			} else {
 				v = r.validate(c.Call)
 			}
@@ -387,7 +390,7 @@ calls:
 		if c.Validated.Redacted && !r.fresh[c.Call.ID] && !(r.task.DryRun && m.Permission == tools.Write) {
 			err := r.append(ctx, events.TypeExecuted, step, c.Call.ID, c.Call.Tool, events.ExecutedData{
 				Status: events.ExecArgsLost, OperationID: opID, ErrorClass: "args_lost",
-				Message: "the arguments held sensitive values, which loopgate never stores; the worker that knew them is gone",
+				Message: r.lostArgs(c.Call.ID),
 			})
 			if err != nil {
 				return err

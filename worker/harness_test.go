@@ -23,6 +23,7 @@ import (
 	"github.com/loopgate/loopgate/journal"
 	"github.com/loopgate/loopgate/model"
 	"github.com/loopgate/loopgate/schemas"
+	"github.com/loopgate/loopgate/seal"
 	"github.com/loopgate/loopgate/tools"
 	"github.com/loopgate/loopgate/worker"
 )
@@ -39,6 +40,7 @@ type bundle struct {
 	cluster *natstest.Cluster // with options.cluster
 
 	pool    *worker.Pool
+	keyring *seal.Keyring    // with options.sealKey
 	journal *journal.Journal // the last pool's (env.Journal unless the options give pools their own)
 	// nextCrash, when set, is the next pool's fault-injection hook
 	// instead of the options' (then cleared): a test of two pools that
@@ -87,6 +89,11 @@ type options struct {
 	// coldJournal gives the pools a journal without a run cache, as a
 	// process that did not write the run: every read goes to the server.
 	coldJournal bool
+
+	// sealKey gives every pool a seal.Keyring under this key-encryption
+	// key (each pool its own, as processes have), so redacted arguments
+	// are sealed; b.keyring is one more on the same bucket.
+	sealKey *seal.LocalKey
 
 	// configFile loads the CityOps config from this file instead of the
 	// copy embedded in cityops.Files (the same bytes, when it is
@@ -189,7 +196,16 @@ func setup(t testing.TB, o options) *bundle {
 			}
 			poolJournal = j
 		}
-		pool, err := worker.New(worker.Deps{JS: poolJS, Journal: poolJournal, App: cfg, Registry: reg, Models: models},
+		var sealer worker.Sealer
+		if o.sealKey != nil {
+			kv, err := poolJS.KeyValue(t.Context(), journal.BucketKeys)
+			if err != nil {
+				t.Fatal(err)
+			}
+			kr := seal.NewKeyring(kv, o.sealKey)
+			sealer, b.keyring = kr, kr
+		}
+		pool, err := worker.New(worker.Deps{JS: poolJS, Journal: poolJournal, App: cfg, Registry: reg, Models: models, Sealer: sealer},
 			&worker.Config{Workers: cmp.Or(o.workers, 2), Logger: log, TransientBackoff: 10 * time.Millisecond, Crash: crash, RetryDelay: o.retry, Clock: o.clock, ProjectionAckWait: o.projectionAckWait,
 				// LOOPGATE_TEST_BATCH=1 runs every scenario with a step's
 				// events appended in atomic batches, as on a cluster.

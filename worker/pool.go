@@ -126,6 +126,11 @@ type Deps struct {
 	// model.Build, which knows only the scripted provider; a process that
 	// runs real models builds them with providers.Build and passes them here.
 	Models map[string]model.Model
+	// Sealer seals the real arguments of every call whose stored
+	// arguments the redactor changed, so any worker can run the call
+	// (package seal's Keyring). Nil: they are not kept, and a call whose
+	// worker is gone before it runs ends args_lost.
+	Sealer Sealer
 }
 
 // Pool is a set of identical workers sharing the loopgate-workers consumer.
@@ -143,6 +148,7 @@ type Pool struct {
 	approvalSch *jsonschema.Schema
 	decisions   *decisionParser
 	redactor    *redact.Redactor
+	sealer      Sealer
 
 	approvals *approvals.Store
 	// approvalMsgs is LOOPGATE_APPROVALS, where approvers' messages are
@@ -227,6 +233,7 @@ func New(d Deps, cfg *Config) (*Pool, error) {
 	}
 	return &Pool{
 		redactor:    redact.New(d.App.Redaction.Keys, patterns),
+		sealer:      d.Sealer,
 		js:          d.JS,
 		journal:     d.Journal,
 		app:         d.App,

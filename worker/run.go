@@ -41,6 +41,9 @@ type run struct {
 	// proposed or validated them itself. A call whose stored arguments
 	// were redacted cannot be validated or run faithfully by another.
 	fresh map[string]bool
+	// shredded holds the calls whose sealed arguments cannot be opened
+	// because their tenant's data key was deleted (openSealed).
+	shredded map[string]bool
 	// read is the seq of the run's last event when this worker read it,
 	// and proposals the model calls whose proposed events it appended
 	// since: together they tell another driver's model calls from its own
@@ -130,7 +133,13 @@ func (r *run) append(ctx context.Context, typ events.Type, step int, callID, too
 	// The stream gets the redacted event; this worker's state keeps what
 	// it saw, so a call it validated runs with its real arguments.
 	stored := e
-	stored.Data, _ = r.p.redactor.JSON(e.Data)
+	var changed bool
+	stored.Data, changed = r.p.redactor.JSON(e.Data)
+	if changed {
+		if stored.Data, err = r.sealStored(ctx, &e, stored.Data); err != nil {
+			return err
+		}
+	}
 	if typ == events.TypeProposed {
 		r.proposals = append(r.proposals, events.DiscardedData{Proposal: e.EventID})
 	}
