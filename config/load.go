@@ -18,7 +18,6 @@ import (
 
 	"github.com/kaptinlin/jsonschema"
 	"github.com/nats-io/nkeys"
-	"sigs.k8s.io/yaml"
 
 	"github.com/loopgate/loopgate/events"
 	"github.com/loopgate/loopgate/schemas"
@@ -48,8 +47,9 @@ func LoadFile(name string) (*Config, error) {
 	return c, nil
 }
 
-// Load reads the config at name in fsys: YAML (or JSON), checked against
-// schemas/config.schema.json, each tool's args_schema (and result_schema)
+// Load reads the config at name in fsys: YAML 1.2 (or JSON), in which only
+// true and false are booleans (on, off, yes, no, y and n are strings),
+// checked against schemas/config.schema.json, each tool's args_schema (and result_schema)
 // path replaced by the JSON it names, decoded strictly, defaults applied, then cross-checked
 // (profiles' tools, roles and scripts exist; policy names known tools; tool
 // names are unique). Paths in the file are relative to name's directory
@@ -78,7 +78,7 @@ func load(fsys fs.FS, name, display string) (*Config, error) {
 		return nil, fmt.Errorf("config %s: %w", display, err)
 	}
 
-	doc, err := yaml.YAMLToJSONStrict(raw) // strict: a duplicate key is an error, not a silent overwrite
+	doc, err := yamlToJSON(raw) // a duplicate key is an error, not a silent overwrite
 	if err != nil {
 		return nil, invalid(events.FieldError{Message: "is not valid YAML: " + strings.Join(strings.Fields(err.Error()), " ")})
 	}

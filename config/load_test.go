@@ -363,7 +363,7 @@ func TestLoadRejectsBadConfigNamingTheField(t *testing.T) {
 		{
 			name:    "duplicate key",
 			given:   validYAML + "agents: {}\n",
-			wantErr: `config loopgate.yaml: is not valid YAML: yaml: unmarshal errors: line 26: key "agents" already set in map`,
+			wantErr: `config loopgate.yaml: is not valid YAML: line 26: key "agents" is already set at line 13`,
 		},
 		{
 			name:    "empty file",

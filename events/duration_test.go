@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"sigs.k8s.io/yaml"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/loopgate/loopgate/events"
 )
@@ -104,7 +104,7 @@ func TestDurationInLimitsReadsFromJSONAndYAML(t *testing.T) {
 		t.Fatalf("json: %v", err)
 	}
 	var fromYAML events.Limits
-	if err := yaml.Unmarshal([]byte("max_steps: 6\nmax_active: 90s\n"), &fromYAML); err != nil {
+	if err := unmarshalYAML([]byte("max_steps: 6\nmax_active: 90s\n"), &fromYAML); err != nil {
 		t.Fatalf("yaml: %v", err)
 	}
 	want := events.Limits{MaxSteps: 6, MaxActive: events.Duration(90 * time.Second)}
@@ -124,9 +124,23 @@ func TestDurationInLimitsReadsFromJSONAndYAML(t *testing.T) {
 	}
 
 	var bad events.Limits
-	if err := yaml.Unmarshal([]byte("max_active: 90\n"), &bad); err == nil {
+	if err := unmarshalYAML([]byte("max_active: 90\n"), &bad); err == nil {
 		t.Errorf("yaml max_active: 90 (no unit) = %+v, want an error", bad)
 	}
+}
+
+// unmarshalYAML decodes YAML into v the way the config loader does: the
+// document read as JSON, so v's UnmarshalJSON methods apply.
+func unmarshalYAML(raw []byte, v any) error {
+	var doc any
+	if err := yaml.Unmarshal(raw, &doc); err != nil {
+		return err
+	}
+	b, err := json.Marshal(doc)
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(b, v)
 }
 
 // A bad duration inside a document is an *json.UnmarshalTypeError the

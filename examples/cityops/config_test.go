@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/kaptinlin/jsonschema"
-	"sigs.k8s.io/yaml"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/loopgate/loopgate/config"
 	"github.com/loopgate/loopgate/events"
@@ -40,7 +40,7 @@ func loadFixture(t *testing.T) fixture {
 		t.Fatal(err)
 	}
 	f := fixture{schemas: map[string]*jsonschema.Schema{}, scripts: map[string]script{}}
-	if err := yaml.UnmarshalStrict(raw, &f.cfg); err != nil {
+	if err := decodeYAMLStrictly(raw, &f.cfg); err != nil {
 		t.Fatalf("%s does not decode strictly into config.Config: %v", ConfigFile, err)
 	}
 	compiler := jsonschema.NewCompiler()
@@ -73,6 +73,22 @@ func loadFixture(t *testing.T) fixture {
 		f.scripts[name] = s
 	}
 	return f
+}
+
+// decodeYAMLStrictly decodes raw into v as the config loader does before
+// it resolves paths: the YAML read as JSON, an unknown field an error.
+func decodeYAMLStrictly(raw []byte, v any) error {
+	var doc any
+	if err := yaml.Unmarshal(raw, &doc); err != nil {
+		return err
+	}
+	b, err := json.Marshal(doc)
+	if err != nil {
+		return err
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	return dec.Decode(v)
 }
 
 func TestConfigToolsMatchTheBuiltins(t *testing.T) {
