@@ -383,6 +383,18 @@ type ReconciledData struct {
 	// ResultBytes: as ExecutedData's.
 	ResultBytes int    `json:"result_bytes,omitempty"`
 	Error       string `json:"error,omitempty"`
+	// Fenced: the check was asked to fence (the tool's manifest says
+	// reconcile_fences) and answered not applied, fenced: the operation id
+	// is abandoned in the backend, so no attempt of it can land any more,
+	// and the next attempt runs under an operation id of its own
+	// (FencedOperationID).
+	Fenced bool `json:"fenced,omitempty"`
+	// MaxEffectDelay: the tool's max_effect_delay, waited past the
+	// attempt's deadline before a check that cannot fence was asked.
+	MaxEffectDelay Duration `json:"max_effect_delay,omitempty"`
+	// Why says what the answer settles: applied, fenced (a new attempt is
+	// safe), or not applied by a check that cannot fence (a human decides).
+	Why string `json:"why,omitempty"`
 }
 
 // Reason is why a run finished.

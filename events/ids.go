@@ -39,6 +39,19 @@ func OperationID(runID, callID string) string {
 	return uuid.NewSHA1(namespace, []byte("op\x00"+runID+"\x00"+callID)).String()
 }
 
+// FencedOperationID is the operation id of a call's next attempt once
+// fences reconcile checks have fenced the call's earlier ids (reconciled
+// events with fenced set): OperationID's for 0, else OperationID's
+// followed by "-f" and fences. A fenced id never takes effect in the
+// backend, so the attempt after it needs an id of its own; every worker
+// derives the same one from the call's events.
+func FencedOperationID(runID, callID string, fences int) string {
+	if fences <= 0 {
+		return OperationID(runID, callID)
+	}
+	return OperationID(runID, callID) + "-f" + strconv.Itoa(fences)
+}
+
 // IDSource mints event ids. Implementations must be safe for concurrent use.
 type IDSource interface {
 	NewEventID() string

@@ -114,7 +114,11 @@ type Spec struct {
 // field: a missing or malformed name, description, permission or
 // args_schema; a duplicate name; a builtin that is not registered; a
 // negative timeout, max_calls_per_run or view.max_items; parallel_safe on
-// a write tool; a nats executor whose subject is not a plain subject, or
+// a write tool; a negative max_effect_delay, or one on a read tool;
+// reconcile_fences without a reconcile tool or on a read tool; a write
+// tool with a reconcile tool that is neither idempotent nor
+// reconcile_fences and has no max_effect_delay (it has no default); a
+// nats executor whose subject is not a plain subject, or
 // that has a builtin too, or no connection (WithConn); a result_schema
 // that does not compile. A resource's resolver must be a builtin or a tool
 // of the registry (a remote resolver is a tool no profile offers).
@@ -187,6 +191,16 @@ func newTool(i int, m Manifest, builtins Builtins, resolvable map[string]bool, o
 		return nil, bad("view", "view.max_items %d is negative", m.View.MaxItems)
 	case m.ParallelSafe && m.Permission == Write:
 		return nil, bad("parallel_safe", "parallel_safe applies only to read tools")
+	case m.MaxEffectDelay < 0:
+		return nil, bad("max_effect_delay", "tools[%d].max_effect_delay %s is negative", i, m.MaxEffectDelay.D())
+	case m.MaxEffectDelay > 0 && m.Permission != Write:
+		return nil, bad("max_effect_delay", "tools[%d].max_effect_delay applies only to write tools: a read's outcome is never reconciled", i)
+	case m.ReconcileFences && (m.Permission != Write || m.Reconcile == ""):
+		return nil, bad("reconcile_fences", "tools[%d].reconcile_fences applies only to a write tool with a reconcile tool", i)
+	case m.Permission == Write && m.Reconcile != "" && !m.Idempotent && !m.ReconcileFences && m.MaxEffectDelay == 0:
+		// Asked too early, a check that cannot fence answers "not
+		// applied" while the attempt may still land.
+		return nil, bad("max_effect_delay", "tools[%d].max_effect_delay is required: the write names reconcile %q, which does not fence (reconcile_fences), and it is not idempotent; say how long after an attempt's deadline its effect may still land", i, m.Reconcile)
 	}
 	m.Version = cmp.Or(m.Version, DefaultVersion)
 	if m.Timeout == 0 {

@@ -108,6 +108,14 @@ func TestNewRegistryRefusesBadManifests(t *testing.T) {
 		}, wantField: "resources/0", wantMsg: "a registered builtin or a read tool"},
 		{name: "executor on loopgate's subjects", given: with(func(m *Manifest) { m.Executor.NATS = "loopgate.events.t.r.finished" }), wantField: "executor", wantMsg: "is in loopgate.>"},
 		{name: "executor on a bucket", given: with(func(m *Manifest) { m.Executor.NATS = "$KV.loopgate_approvals.k" }), wantField: "executor", wantMsg: "is in $KV.>"},
+		{name: "non-fencing reconcile without max_effect_delay", given: []Manifest{ok,
+			{Name: "w", Description: "d", Permission: Write, Builtin: "x", ArgsSchema: schema(`{"type":"object"}`), Reconcile: "x"},
+		}, wantField: "max_effect_delay", wantMsg: `tool "w": tools[1].max_effect_delay is required`},
+		{name: "negative max_effect_delay", given: with(func(m *Manifest) {
+			m.Permission, m.Reconcile, m.MaxEffectDelay = Write, "x", events.Duration(-time.Second)
+		}), wantField: "max_effect_delay", wantMsg: "tools[0].max_effect_delay -1s is negative"},
+		{name: "max_effect_delay on a read", given: with(func(m *Manifest) { m.MaxEffectDelay = events.Duration(time.Second) }), wantField: "max_effect_delay", wantMsg: "tools[0].max_effect_delay applies only to write tools"},
+		{name: "reconcile_fences without a reconcile", given: with(func(m *Manifest) { m.Permission, m.ReconcileFences = Write, true }), wantField: "reconcile_fences", wantMsg: "tools[0].reconcile_fences applies only to a write tool with a reconcile tool"},
 		{name: "too deep", given: withSchema(`{"type":"object","x":` + strings.Repeat("[", 40) + strings.Repeat("]", 40) + `}`), wantField: "args_schema", wantMsg: "nests too deeply"},
 	}
 	for _, tt := range tests {
@@ -403,4 +411,27 @@ func FuzzValidate(f *testing.F) {
 			t.Fatalf("valid canonical %q revalidates as %q, %v", canonical, again, errs)
 		}
 	})
+}
+
+// A write with a reconcile tool needs no max_effect_delay when it dedupes
+// (idempotent) or its reconcile fences; one whose reconcile does neither
+// registers with a max_effect_delay.
+func TestNewRegistryAcceptsEveryWayToSettleAnUnknownWrite(t *testing.T) {
+	t.Parallel()
+	b := Builtins{}
+	b.MustRegister("x", func(context.Context, Call) (any, error) { return nil, nil })
+	write := Manifest{Name: "w", Description: "d", Permission: Write, Builtin: "x", ArgsSchema: json.RawMessage(`{"type":"object"}`), Reconcile: "s"}
+	status := Manifest{Name: "s", Description: "d", Permission: Read, Builtin: "x", ArgsSchema: json.RawMessage(`{"type":"object"}`)}
+	for name, change := range map[string]func(*Manifest){
+		"idempotent":       func(m *Manifest) { m.Idempotent = true },
+		"reconcile_fences": func(m *Manifest) { m.ReconcileFences = true },
+		"max_effect_delay": func(m *Manifest) { m.MaxEffectDelay = events.Duration(30 * time.Second) },
+		"no reconcile":     func(m *Manifest) { m.Reconcile = "" },
+	} {
+		m := write
+		change(&m)
+		if _, err := NewRegistry([]Manifest{m, status}, b); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
 }

@@ -35,7 +35,7 @@ type Stored struct {
 type Call struct {
 	CallID string
 	Tool   string
-	// OperationID is the one the call's executing events name.
+	// OperationID is the one the call's latest executing event names.
 	OperationID string
 	Executing   int // attempts begun (write-ahead records)
 	FreshOK     int // executed ok by running the tool
@@ -56,6 +56,9 @@ type Call struct {
 	// unsettled: an attempt of the write began and nothing has said yet
 	// whether it took effect.
 	unsettled bool
+	// fences: reconciles that fenced the call's operation id; its next
+	// attempt names events.FencedOperationID's.
+	fences int
 	// open: the attempts begun (executing) and not yet ended (executed),
 	// each with the operation id its executing event names.
 	open map[int]string
@@ -181,7 +184,7 @@ func (c *Check) call(e Stored) {
 		if !decode(&d) {
 			return
 		}
-		if want := events.OperationID(c.runID, e.CallID); d.OperationID != want {
+		if want := events.FencedOperationID(c.runID, e.CallID, call.fences); d.OperationID != want {
 			c.bad("executing %s names operation %s, want %s", e.CallID, d.OperationID, want)
 		}
 		call.OperationID = d.OperationID
@@ -237,6 +240,9 @@ func (c *Check) call(e Stored) {
 			return
 		}
 		call.unsettled = false
+		if d.Fenced && !d.Applied {
+			call.fences++ // the next attempt runs under a successor id
+		}
 		if d.Applied {
 			call.ReconciledApplied++
 		} else {

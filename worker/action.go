@@ -89,12 +89,19 @@ func nextAction(c *events.CallState, m tools.Manifest, dryRun, tainted bool) act
 			rec := reconciledFor(c, c.Attempts())
 			switch {
 			case rec == nil:
+				// A check that cannot fence waits out max_effect_delay
+				// first (see reconcile).
 				return actReconcile
 			case rec.Applied:
 				return actObserve
-			case rec.Error == "" && ran < maxAttempts:
-				return actRetry // it did not take effect: safe to try again
+			case rec.Error == "" && rec.Fenced && ran < maxAttempts:
+				// Fenced: the attempt can no longer land, so a new one
+				// (under an operation id of its own) is safe.
+				return actRetry
 			}
+			// Not applied by a check that cannot fence: true only of the
+			// moment it answered. A write that does not dedupe is never
+			// run again on it; a human decides.
 		}
 		return actRequestHuman
 	}
@@ -127,4 +134,31 @@ func reconciledFor(c *events.CallState, attempt int) *events.ReconciledData {
 		}
 	}
 	return nil
+}
+
+// fences counts the call's reconcile answers that fenced an operation id.
+func fences(c *events.CallState) int {
+	n := 0
+	for _, r := range c.Reconciled {
+		if r.Fenced && !r.Applied {
+			n++
+		}
+	}
+	return n
+}
+
+// operationID is the operation id of the call's next attempt: the call's
+// own, or a successor once reconcile checks fenced it (see
+// events.FencedOperationID).
+func operationID(runID string, c *events.CallState) string {
+	return events.FencedOperationID(runID, c.Call.ID, fences(c))
+}
+
+// attemptOperationID is the operation id of the call's latest attempt, or
+// of its next one when none began.
+func attemptOperationID(runID string, c *events.CallState) string {
+	if n := len(c.Executing); n > 0 {
+		return c.Executing[n-1].OperationID
+	}
+	return operationID(runID, c)
 }

@@ -364,7 +364,7 @@ calls:
 			return r.finish(ctx, stop{events.ReasonError, fmt.Sprintf("tool %q vanished from the registry", c.Call.Tool)}, nil)
 		}
 		m := t.Manifest()
-		opID := events.OperationID(r.st.RunID, c.Call.ID)
+		opID := operationID(r.st.RunID, c) // a successor once a reconcile fenced the call's id
 		if act == actResume {
 			lost := c.Executing[len(c.Executing)-1]
 			if until := lost.Deadline.Add(leaseGrace); r.p.now().Before(until) {

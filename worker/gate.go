@@ -45,7 +45,7 @@ func (r *run) requestHuman(ctx context.Context, c *events.CallState, kind approv
 		Tool:        c.Call.Tool,
 		Args:        c.Validated.Args,
 		ArgsHash:    c.Validated.ArgsHash,
-		OperationID: events.OperationID(r.st.RunID, c.Call.ID),
+		OperationID: attemptOperationID(r.st.RunID, c),
 		Principal:   r.task.Principal.ID,
 		Why:         why,
 		ExpiresAt:   r.p.now().Add(ttl.D()).UTC(),

@@ -42,6 +42,7 @@ func TestAResumedWriteRunsAsANewAttemptUnderALeaseAllSee(t *testing.T) {
 	})
 	m.Timeout = events.Duration(20 * time.Second)
 	m.Reconcile = "ticket_status"
+	m.MaxEffectDelay = events.Duration(time.Second) // ticket_status cannot fence
 	fns["ticket_status"] = func(ctx context.Context, c tools.Call) (any, error) {
 		return map[string]bool{"applied": committed.Load()}, nil
 	}

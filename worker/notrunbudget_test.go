@@ -18,18 +18,20 @@ import (
 // An attempt whose tool never started (deadline_passed: its worker died
 // before the claim) does not use up a call's retry after an unknown
 // outcome either. After a second kill (after the claim, before the side
-// effect) the reconcile tool answers "not applied", and the write is run
-// again; the unknown-outcome branches used to count the attempt that
-// never ran, and the run parked on a needs_human question (found by
-// review).
+// effect) the reconcile tool, which fences, answers "not applied,
+// fenced", and the write is run again; the unknown-outcome branches used
+// to count the attempt that never ran, and the run parked on a
+// needs_human question (found by review).
 func TestAnAttemptNotRunDoesNotUseUpTheRetryAfterReconcile(t *testing.T) {
 	t.Parallel()
 	var runs, executing, sideEffects atomic.Int32
 	m, fns := ungated("create_ticket", &runs, nil)
 	m.Timeout = events.Duration(300 * time.Millisecond)
 	m.Reconcile = "ticket_status"
+	m.ReconcileFences = true
 	fns["ticket_status"] = func(ctx context.Context, c tools.Call) (any, error) {
-		return map[string]bool{"applied": runs.Load() > 0}, nil
+		applied := runs.Load() > 0
+		return map[string]bool{"applied": applied, "fenced": !applied}, nil
 	}
 	b := setup(t, options{
 		tools: []tools.Manifest{m, fakeTool("ticket_status", tools.Read, false)}, builtins: fns, roles: writerRoles("create_ticket"),

@@ -104,6 +104,7 @@ func timesOutThenConfirms(t *testing.T, result any) ([]tools.Manifest, tools.Bui
 	push := fakeTool("push", tools.Write, false)
 	push.Approval = tools.ApprovalNone
 	push.Reconcile = "probe"
+	push.MaxEffectDelay = events.Duration(100 * time.Millisecond) // probe cannot fence
 	push.Timeout = events.Duration(200 * time.Millisecond)
 	return []tools.Manifest{push, fakeTool("probe", tools.Read, false)}, tools.Builtins{
 		"push": func(ctx context.Context, _ tools.Call) (any, error) {

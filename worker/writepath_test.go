@@ -510,6 +510,7 @@ func TestATimedOutWriteIsReconciled(t *testing.T) {
 	var runs, checks atomic.Int32
 	m, fns := timingOut("create_ticket", &runs)
 	m.Reconcile = "ticket_status"
+	m.MaxEffectDelay = events.Duration(100 * time.Millisecond) // ticket_status cannot fence
 	status := fakeTool("ticket_status", tools.Read, false)
 	fns["ticket_status"] = func(ctx context.Context, c tools.Call) (any, error) {
 		checks.Add(1)

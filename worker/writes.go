@@ -236,18 +236,40 @@ func (r *run) recordOutcome(ctx context.Context, rec idempotency.Record, rev uin
 
 // reconcile asks the tool's reconcile tool whether the call's last attempt
 // took effect, and records the answer.
+//
+// A check whose manifest says reconcile_fences is asked at once, with
+// {"operation_id": ..., "fence": true}: its "not applied" must come with
+// "fenced": true, the operation id abandoned in the backend, and then a
+// new attempt is safe. Any other check is asked only once the attempt's
+// deadline plus the tool's max_effect_delay has passed, when a late effect
+// of the attempt would have landed; until then the run waits as for a
+// lease (a busyError: the message is settled and a wake-up scheduled), no
+// worker held.
 func (r *run) reconcile(ctx context.Context, c *events.CallState) error {
 	if err := r.flush(ctx); err != nil {
 		return err
 	}
 	m := r.manifest(c.Call.Tool)
-	opID := events.OperationID(r.st.RunID, c.Call.ID)
+	opID := attemptOperationID(r.st.RunID, c)
 	d := events.ReconciledData{OperationID: opID, Attempt: c.Attempts(), Via: m.Reconcile}
+	if !m.ReconcileFences && len(c.Executing) > 0 {
+		until := c.Executing[len(c.Executing)-1].Deadline.Add(m.MaxEffectDelay.D())
+		if r.p.now().Before(until) {
+			r.log.InfoContext(ctx, "waiting out the tool's max_effect_delay before its reconcile check: the attempt may still land",
+				"call_id", c.Call.ID, "tool", c.Call.Tool, "max_effect_delay", m.MaxEffectDelay.D(), "until", until)
+			return &busyError{callID: c.Call.ID, until: until}
+		}
+		d.MaxEffectDelay = m.MaxEffectDelay
+	}
 	rt, ok := r.p.registry.Lookup(m.Reconcile)
 	if !ok {
 		d.Error = "reconcile tool is not registered"
 	} else {
-		args, _ := json.Marshal(map[string]string{"operation_id": opID})
+		req := map[string]any{"operation_id": opID}
+		if m.ReconcileFences {
+			req["fence"] = true
+		}
+		args, _ := json.Marshal(req)
 		// The check is a tool call like any other: held to its timeout and
 		// to the run's active time.
 		cctx, cancel := context.WithDeadline(ctx, callDeadline(r.p.now(), r.deadline, rt.Manifest().Timeout.D()))
@@ -261,6 +283,7 @@ func (r *run) reconcile(ctx context.Context, c *events.CallState) error {
 		}
 		var answer struct {
 			Applied *bool           `json:"applied"`
+			Fenced  bool            `json:"fenced"`
 			Result  json.RawMessage `json:"result"`
 		}
 		switch {
@@ -276,13 +299,47 @@ func (r *run) reconcile(ctx context.Context, c *events.CallState) error {
 			if len(answer.Result) > 0 {
 				d.Result, d.ResultBytes = r.recordable(answer.Result)
 			}
+			d.Fenced = m.ReconcileFences && !d.Applied && answer.Fenced
 		}
 	}
-	if d.Applied {
+	d.Why = reconciledWhy(m, d)
+	state := idempotency.State("")
+	switch {
+	case d.Applied:
+		state = idempotency.Completed
+	case d.Fenced:
+		state = idempotency.Abandoned
+	}
+	if state != "" {
 		if rec, rev, err := r.p.idem.Get(ctx, opID); err == nil {
-			rec.State, rec.Result, rec.ResultBytes, rec.Updated = idempotency.Completed, d.Result, d.ResultBytes, r.p.now().UTC()
+			rec.State, rec.Updated = state, r.p.now().UTC()
+			if d.Applied {
+				rec.Result, rec.ResultBytes = d.Result, d.ResultBytes
+			}
 			r.recordOutcome(ctx, rec, rev)
 		}
 	}
 	return r.append(ctx, events.TypeReconciled, r.st.CurrentStep, c.Call.ID, c.Call.Tool, d)
+}
+
+// reconciledWhy says, for the trail and whoever reads it, what a reconcile
+// answer settles and on what grounds.
+func reconciledWhy(m tools.Manifest, d events.ReconciledData) string {
+	waited := "asked right after the attempt's deadline"
+	if d.MaxEffectDelay > 0 {
+		waited = fmt.Sprintf("asked %s after the attempt's deadline, its max_effect_delay", d.MaxEffectDelay.D())
+	}
+	switch {
+	case d.Error != "":
+		return "the check gave no answer: a human decides"
+	case d.Applied && m.ReconcileFences:
+		return "applied"
+	case d.Applied:
+		return "applied (" + waited + ")"
+	case d.Fenced:
+		return "not applied, fenced: the operation id is abandoned in the backend and a late attempt cannot land; a new attempt under an operation id of its own is safe"
+	case m.ReconcileFences:
+		return "not applied, but the check did not confirm the fence: a late attempt may still land, so a human decides"
+	}
+	return "not applied (" + waited + "), but the check cannot fence: a late effect is still possible, so a human decides"
 }

@@ -43,6 +43,25 @@ var operationIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$`)
 // silently replace what a supervisor may already be reading.
 var errDraftConflict = errors.New("draft conflict")
 
+// errOperationFenced: draft_status fenced the operation id (loopgate gave
+// up on it and runs the draft under an operation id of its own), so an
+// attempt of it still under way writes nothing.
+var errOperationFenced = errors.New("operation fenced by draft_status: abandoned, nothing written")
+
+// tombstoneHead begins the tombstone draft_status leaves in a fenced
+// operation's draft file: no draft is ever written under that name.
+const tombstoneHead = "ABANDONED OPERATION — "
+
+// renderTombstone is the content of a fenced operation's draft file.
+func renderTombstone(operationID string) []byte {
+	return []byte(tombstoneHead + operationID + "\n\n" +
+		"draft_status fenced this operation: loopgate gave up on it, and any draft\n" +
+		"is written under another operation id. Nothing is written under this name.\n")
+}
+
+// isTombstone reports whether a draft file's content is a tombstone.
+func isTombstone(content []byte) bool { return bytes.HasPrefix(content, []byte(tombstoneHead)) }
+
 // draftResult is draft_escalation's answer when the draft exists.
 type draftResult struct {
 	DraftPath string `json:"draft_path"`
@@ -63,7 +82,9 @@ func draftName(operationID string) string { return "escalation-" + operationID +
 // draftEscalation is the draft_escalation tool. It writes one draft per
 // operation id, atomically (temp file, then a hard link), and is idempotent: the
 // same operation id with the same content finds the file already there and
-// returns the same result. It never sends anything.
+// returns the same result. An operation draft_status fenced finds its
+// tombstone there instead, and fails with errOperationFenced, writing
+// nothing. It never sends anything.
 func (ts *toolset) draftEscalation(ctx context.Context, call tools.Call) (any, error) {
 	if call.OperationID == "" {
 		return nil, fmt.Errorf("%s: no operation id: loopgate must mint one for every write", call.Tool)
@@ -111,6 +132,10 @@ func (ts *toolset) draftEscalation(ctx context.Context, call tools.Call) (any, e
 	switch {
 	case err != nil:
 		return nil, fmt.Errorf("%s: operation %s: %w", call.Tool, call.OperationID, err)
+	case have != nil && isTombstone(have):
+		// The link of a draft and draft_status's tombstone are one file
+		// name: whichever is linked first is the operation's outcome.
+		return nil, fmt.Errorf("%s: operation %s: %w", call.Tool, call.OperationID, errOperationFenced)
 	case have != nil && !bytes.Equal(have, content):
 		return nil, fmt.Errorf("%s: operation %s: %w: %s holds a different draft", call.Tool, call.OperationID, errDraftConflict, name)
 	}
