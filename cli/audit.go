@@ -21,9 +21,11 @@ func runAudit(ctx context.Context, e env, args []string) int {
 		tenant  = fs.String("tenant", "", "the run's tenant (default: any)")
 		follow_ = fs.Bool("follow", false, "keep printing new events until the run finishes")
 		asJSON  = fs.Bool("json", false, "print events as JSON lines (the stored envelopes)")
+		secure  = fs.Bool("security", false, "list the tenant-level security records (approvals refused before any run of the tenant could hold them) instead of a run's events; with RUN_ID, those that claim that run")
 	)
 	fs.Usage = func() {
 		fmt.Fprintln(e.stderr, "usage: loopgate audit RUN_ID [--follow] [--json] [--nats URL] [--tenant T]")
+		fmt.Fprintln(e.stderr, "       loopgate audit --security [RUN_ID] [--json] [--nats URL] [--tenant T]")
 		fs.PrintDefaults()
 	}
 	// Accept the run id before or after the flags.
@@ -40,6 +42,9 @@ func runAudit(ctx context.Context, e env, args []string) int {
 		fmt.Fprintf(e.stderr, "loopgate audit: unexpected argument %q (the flags after it would not be read)\n", fs.Arg(0))
 		fs.Usage()
 		return exitError
+	}
+	if *secure {
+		return auditSecurity(ctx, e, *natsURL, *tenant, runID, *follow_, *asJSON)
 	}
 	if runID == "" {
 		fs.Usage()
@@ -89,6 +94,87 @@ func runAudit(ctx context.Context, e env, args []string) int {
 		summarize(e.stdout, evs, time.Now())
 	}
 	return exitOK
+}
+
+// auditSecurity prints the security records of tenant (every tenant when
+// ""), oldest first; with runID, only those that claim that run. No record
+// is no failure: it prints so and exits 0.
+func auditSecurity(ctx context.Context, e env, natsURL, tenant, runID string, follow, asJSON bool) int {
+	switch {
+	case follow:
+		return fail(e, "audit: --follow does not apply to --security (it lists the records stored now)")
+	case runID != "" && !events.ValidToken(runID):
+		return fail(e, "audit: run id %q is not a run id (1 to 64 letters, digits, '_' or '-')", runID)
+	case tenant != "" && !events.ValidToken(tenant):
+		return fail(e, "audit: --tenant %q is not a valid subject token", tenant)
+	}
+	nc, _, j, err := connect(ctx, natsURL)
+	if err != nil {
+		return fail(e, "%v", err)
+	}
+	defer nc.Close()
+	filter := events.SecurityFilter(tenant)
+	evs, err := j.Replay(ctx, filter)
+	if err != nil {
+		return fail(e, "read security records: %v", cmp.Or(refusal(nc, err), err))
+	}
+	return printSecurity(e.stdout, evs, tenant, runID, asJSON)
+}
+
+// printSecurity prints security records, those claiming runID only when
+// it is set: the stored envelopes as JSON lines with asJSON, else a
+// listing, two lines a record.
+func printSecurity(w io.Writer, evs []events.Event, tenant, runID string, asJSON bool) int {
+	scope := "every tenant"
+	if tenant != "" {
+		scope = "tenant " + tenant
+	}
+	if runID != "" {
+		scope += ", claiming run " + runID
+	}
+	var shown []events.Event
+	for _, ev := range evs {
+		var d events.SecurityData
+		if runID != "" && (ev.Decode(&d) != nil || d.ClaimedRunID != runID) {
+			continue
+		}
+		shown = append(shown, ev)
+	}
+	tl := &timeline{w: w, asJSON: true}
+	if asJSON {
+		for _, ev := range shown {
+			tl.print(ev)
+		}
+		return exitOK
+	}
+	if len(shown) == 0 {
+		fmt.Fprintf(w, "no security records (%s)\n", scope)
+		return exitOK
+	}
+	fmt.Fprintf(w, "security records (%s): %d\n", scope, len(shown))
+	for _, ev := range shown {
+		var d events.SecurityData
+		detail := string(compact(ev.Data, 160))
+		if ev.Decode(&d) == nil {
+			detail = securityDetail(d)
+		}
+		fmt.Fprintf(w, "  %s  %-12s record %s\n      %s\n", ev.Time.UTC().Format("2006-01-02 15:04:05.000"), ev.Tenant, ev.RunID, printable(detail))
+	}
+	return exitOK
+}
+
+// securityDetail is how a timeline and a listing show a security record:
+// its class, what the message claimed, and where it came.
+func securityDetail(d events.SecurityData) string {
+	s := fmt.Sprintf("SECURITY %s: %s by %s (signature %s) for run %s call %s, approvals seq %d on %s",
+		d.Class, cmp.Or(d.Decision, "?"), cmp.Or(d.Approver, "?"), d.Signature, d.ClaimedRunID, d.ClaimedCallID, d.ApprovalSeq, d.Subject)
+	if d.Detail != "" {
+		s += " — " + d.Detail
+	}
+	if len(d.Errors) > 0 {
+		s += " — " + fieldErrors(d.Errors)
+	}
+	return s
 }
 
 // summarize ends an audit with each gated call's questions and decisions,

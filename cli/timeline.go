@@ -81,6 +81,11 @@ func (t *timeline) detail(e events.Event) string {
 			}
 			return fmt.Sprintf("REJECTED %s: %s", field, d.Reason)
 		}
+	case events.TypeSecurity:
+		var d events.SecurityData
+		if e.Decode(&d) == nil {
+			return securityDetail(d)
+		}
 	case events.TypeStarted:
 		var d events.StartedData
 		if e.Decode(&d) == nil {

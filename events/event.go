@@ -18,6 +18,7 @@ type Type string
 // Event types, in the order a run normally produces them.
 const (
 	TypeRejected          Type = "rejected"           // a task that never became a run
+	TypeSecurity          Type = "security"           // a tenant-level security record: a refused attempt no run of the tenant can hold (see SecurityData)
 	TypeStarted           Type = "started"            // task accepted, limits fixed
 	TypeProposed          Type = "proposed"           // the model's decision, as received
 	TypeValidated         Type = "validated"          // a call checked against its schema and the allowlist
@@ -38,7 +39,7 @@ const (
 // the constants above: the enum of schemas/event.schema.json's type.
 func Types() []Type {
 	return []Type{
-		TypeRejected, TypeStarted, TypeProposed, TypeValidated, TypeDenied,
+		TypeRejected, TypeSecurity, TypeStarted, TypeProposed, TypeValidated, TypeDenied,
 		TypeApprovalRequested, TypeParked, TypeApproved, TypeApprovalRejected, TypeDiscarded, TypeReconciled,
 		TypeExecuting, TypeExecuted, TypeObserved, TypeFinished,
 	}

@@ -384,6 +384,13 @@ func (s *RunState) Apply(e *Event) error {
 			return err
 		}
 		s.Charge(d)
+	case TypeSecurity:
+		// The only event of a security record's pseudo-run: it starts no
+		// run (Started stays nil), so nothing is decided on it.
+		var d SecurityData
+		if err := e.Decode(&d); err != nil {
+			return err
+		}
 	case TypeParked, TypeApprovalRejected:
 		// Audit records: parked time is excluded from active time above;
 		// a rejected approval message changes nothing.

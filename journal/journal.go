@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"iter"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -424,6 +425,28 @@ func (j *Journal) LastOn(ctx context.Context, filter string) (seq uint64, ok boo
 		return 0, false, fmt.Errorf("journal: last event on %s: %w", filter, err)
 	}
 	return m.Sequence, true, nil
+}
+
+// TenantOf returns the tenant whose run runID has started (its started
+// event is in the stream), whatever tenant that is, with one message get;
+// ok is false when no tenant has such a run. Run ids are derived from the
+// tenant, so at most one tenant has a run of an id.
+func (j *Journal) TenantOf(ctx context.Context, runID string) (tenant string, ok bool, err error) {
+	if !events.ValidToken(runID) {
+		return "", false, fmt.Errorf("journal: tenant of run %q: not a valid subject token", runID)
+	}
+	m, err := j.events.GetLastMsgForSubject(ctx, events.EventSubject("*", runID, events.TypeStarted))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, fmt.Errorf("journal: tenant of run %s: %w", runID, err)
+	}
+	parts := strings.Split(m.Subject, ".")
+	if len(parts) != 5 {
+		return "", false, fmt.Errorf("journal: tenant of run %s: started event on %q", runID, m.Subject)
+	}
+	return parts[2], true, nil
 }
 
 // maxTailGets is the most events Load reads with one message-get each;

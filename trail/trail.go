@@ -2,9 +2,9 @@
 // against the wire contract and the rules that make a crash harmless: seq
 // gapless from 1, unique UUID v7 event ids, each event on its run's
 // subject for its type with Nats-Msg-Id <run_id>/<seq>, started (or
-// rejected) first, one finished last, the events folding into a state,
-// each end of a write closing an attempt its executing event began, and
-// no call taking effect twice.
+// rejected, or a security record, each alone) first, one finished last,
+// the events folding into a state, each end of a write closing an attempt
+// its executing event began, and no call taking effect twice.
 //
 // A Check reads one run's events one at a time, in stream order, so a
 // follower can check thousands of runs while they happen without keeping
@@ -77,7 +77,7 @@ type Check struct {
 	last          uint64 // the highest seq added
 	broken        bool   // seq went wrong: the state no longer folds
 	ids           map[string]bool
-	end           events.Type // rejected or finished, once seen
+	end           events.Type // rejected, security or finished, once seen
 	reason        events.Reason
 	detail        string
 	calls         map[string]*Call
@@ -131,12 +131,12 @@ func (c *Check) Add(e Stored) {
 		// and changes nothing.
 	case c.end != "":
 		c.bad("event %d (%s) follows the run's %s event", e.Seq, e.Type, c.end)
-	case c.n == 1 && e.Type != events.TypeStarted && e.Type != events.TypeRejected:
+	case c.n == 1 && e.Type != events.TypeStarted && e.Type != events.TypeRejected && e.Type != events.TypeSecurity:
 		c.bad("first event is %s, not started", e.Type)
-	case c.n > 1 && (e.Type == events.TypeStarted || e.Type == events.TypeRejected) && !c.broken:
+	case c.n > 1 && (e.Type == events.TypeStarted || e.Type == events.TypeRejected || e.Type == events.TypeSecurity) && !c.broken:
 		c.bad("event %d is a second beginning (%s)", e.Seq, e.Type)
 	}
-	if c.end == "" && (e.Type == events.TypeRejected || e.Type == events.TypeFinished) {
+	if c.end == "" && (e.Type == events.TypeRejected || e.Type == events.TypeSecurity || e.Type == events.TypeFinished) {
 		c.end = e.Type
 		if e.Type == events.TypeFinished {
 			var d events.FinishedData

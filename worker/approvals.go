@@ -426,7 +426,7 @@ func (p *Pool) recordUndecided(ctx context.Context, msg approvalMsg, tenant, run
 		return 0, "", err
 	}
 	if st.Started == nil {
-		return 0, "", errors.New("no such run")
+		return p.refuseStranger(ctx, msg, tenant, runID, callID)
 	}
 	if approved, rejected := recorded(evs, msg.seq); approved || rejected {
 		return settled, "", nil // the run says what it did after all (another pool got there)
@@ -568,8 +568,10 @@ const again outcome = -1
 // decide applies one approval message to its run. Whatever the message
 // says, it either decides a pending call (first valid decision wins, by
 // compare-and-set) and wakes the run, or is recorded in the run's trail as
-// an approval_rejected event naming why. It never executes anything: the
-// woken run executes exactly the call that was approved.
+// an approval_rejected event naming why, or, addressed to a run its
+// subject's tenant does not have, as security records (refuseStranger). It
+// never executes anything: the woken run executes exactly the call that
+// was approved.
 func (p *Pool) decide(ctx context.Context, msg approvalMsg) (outcome, string) {
 	tenant, runID, callID, err := parseApprovalSubject(msg.subject)
 	if err != nil {
@@ -582,8 +584,14 @@ func (p *Pool) decide(ctx context.Context, msg approvalMsg) (outcome, string) {
 		return failedOn(err)
 	}
 	if st.Started == nil {
-		p.log.WarnContext(ctx, "approval for an unknown run dropped", "tenant", tenant, "run_id", runID, "call_id", callID, "approval_seq", seq)
-		return rejected, "no such run"
+		// No run of the subject's tenant can hold the refusal: it is a
+		// security record of the tenant (and of the run's own tenant, if
+		// another has the run).
+		o, reason, err := p.refuseStranger(ctx, msg, tenant, runID, callID)
+		if err != nil {
+			return failedOn(err)
+		}
+		return o, reason
 	}
 	spent, done := recorded(evs, seq)
 	if done {
