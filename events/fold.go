@@ -3,6 +3,7 @@ package events
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -122,10 +123,28 @@ type RunState struct {
 	// (SessionContext.Tainted): once the model has read them, every write
 	// needs approval.
 	Tainted []string
+	// Outputs lists the first observation of each tool's output, in the
+	// order the run observed them (see Output). Whether a tool's output
+	// is trusted is its manifest's to say, so the worker reads it against
+	// the manifests: output of an untrusted tool taints every write
+	// proposed after it.
+	Outputs []Output
 
 	Rejection *RejectedData
 	Finished  *FinishedData
 	History   []Turn
+}
+
+// Output says where a run first observed what a tool returned: the
+// observed event of call CallID, at step Step. An observation holds the
+// tool's output when the call's last attempt ended ok, or when a reconcile
+// check found its unknown outcome took effect; an observation of a refusal,
+// a denial, a failure, a timeout, a dry run or a human's settling of an
+// unknown outcome holds only loopgate's own words.
+type Output struct {
+	Tool   string
+	Step   int
+	CallID string
 }
 
 // Fold replays events, which must be one run's in seq order starting at 1,
@@ -333,6 +352,9 @@ func (s *RunState) Apply(e *Event) error {
 				return err
 			}
 			c.Observed = true
+			if c.heldOutput() && !slices.ContainsFunc(s.Outputs, func(o Output) bool { return o.Tool == c.Call.Tool }) {
+				s.Outputs = append(s.Outputs, Output{Tool: c.Call.Tool, Step: e.Step, CallID: e.CallID})
+			}
 		}
 		t := Turn{Role: RoleObservation, Step: e.Step, CallID: e.CallID, Tool: e.Tool, Content: d.Observation}
 		if c := s.Call(e.CallID); c != nil {
@@ -416,6 +438,24 @@ func (s *RunState) callOf(e *Event) (*CallState, error) {
 		return nil, fmt.Errorf("run %s: %s event %d names call %q, not in the current decision", e.RunID, e.Type, e.Seq, e.CallID)
 	}
 	return c, nil
+}
+
+// heldOutput reports whether the observation of call c holds what its tool
+// returned (see Output).
+func (c *CallState) heldOutput() bool {
+	last := c.LastExecuted()
+	if last == nil {
+		return false
+	}
+	if last.Status == ExecOK {
+		return true
+	}
+	for _, r := range c.Reconciled {
+		if r.Attempt == c.Attempts() && r.Applied {
+			return true
+		}
+	}
+	return false
 }
 
 // countCall charges the budgets for call c, once: at its first executing

@@ -297,7 +297,7 @@ func (r *run) nextCall() (*events.CallState, action) {
 		if c.Observed {
 			continue
 		}
-		if act := nextAction(c, r.manifest(c.Call.Tool), r.task.DryRun, len(r.st.Tainted) > 0); act != actObserve {
+		if act := nextAction(c, r.manifest(c.Call.Tool), r.task.DryRun, r.writesGated()); act != actObserve {
 			return c, act
 		}
 	}
@@ -313,7 +313,7 @@ func (r *run) group(first *events.CallState, act action) []*events.CallState {
 	}
 	i := slices.Index(r.st.CurrentCalls, first)
 	for _, c := range r.st.CurrentCalls[i+1:] {
-		if c.Observed || !r.parallelSafe(c.Call.Tool) || nextAction(c, r.manifest(c.Call.Tool), r.task.DryRun, len(r.st.Tainted) > 0) != actExecute {
+		if c.Observed || !r.parallelSafe(c.Call.Tool) || nextAction(c, r.manifest(c.Call.Tool), r.task.DryRun, r.writesGated()) != actExecute {
 			break
 		}
 		group = append(group, c)

@@ -14,6 +14,7 @@ import (
 	"github.com/loopgate/loopgate/approvals"
 	"github.com/loopgate/loopgate/events"
 	"github.com/loopgate/loopgate/journal"
+	"github.com/loopgate/loopgate/tools"
 )
 
 // requestHuman asks a human about a call: kind approval (may these exact
@@ -28,12 +29,7 @@ func (r *run) requestHuman(ctx context.Context, c *events.CallState, kind approv
 		}
 	}
 	round := nextRound(c)
-	why := fmt.Sprintf("%s is a %s tool: a human must approve these exact arguments", c.Call.Tool, m.Permission)
-	if !m.NeedsApproval() {
-		why = fmt.Sprintf("taint: this run read tool output flagged as possible prompt injection (from %s); every write now needs a human's approval", strings.Join(r.st.Tainted, ", "))
-	} else if len(r.st.Tainted) > 0 {
-		why += fmt.Sprintf("; note the taint: this run read tool output flagged as possible prompt injection (from %s)", strings.Join(r.st.Tainted, ", "))
-	}
+	why := r.gateReason(c, m)
 	if kind == approvals.KindNeedsHuman {
 		last := c.LastExecuted()
 		why = fmt.Sprintf("the outcome of attempt %d is unknown (%s): decide mark_done, retry or abandon", c.Attempts(), last.Status)
@@ -89,6 +85,64 @@ func (r *run) requestHuman(ctx context.Context, c *events.CallState, kind approv
 		return err
 	}
 	return r.parked(ctx, c)
+}
+
+// gateReason says why call c of a tool with manifest m needs a human's
+// approval, each reason that holds in this order, joined by "; ": the
+// manifest's approval; the run's first observation of untrusted output
+// before the call's decision, exactly "read untrusted content from <tool>
+// at step <n>"; tool output flagged by the phrase checks (guard). A call
+// gated by untrusted output alone has exactly that sentence.
+func (r *run) gateReason(c *events.CallState, m tools.Manifest) string {
+	var why []string
+	if m.NeedsApproval() {
+		why = append(why, fmt.Sprintf("%s is a %s tool: a human must approve these exact arguments", c.Call.Tool, m.Permission))
+	}
+	if o, ok := r.untrustedRead(); ok {
+		why = append(why, untrustedReason(o))
+	}
+	if len(r.st.Tainted) > 0 {
+		flagged := fmt.Sprintf("this run read tool output flagged as possible prompt injection (from %s)", strings.Join(r.st.Tainted, ", "))
+		if len(why) == 0 {
+			why = append(why, "taint: "+flagged+"; every write now needs a human's approval")
+		} else {
+			why = append(why, "note the taint: "+flagged)
+		}
+	}
+	return strings.Join(why, "; ")
+}
+
+// writesGated reports whether every write of the run's current decision
+// needs a human's approval, whatever its manifest says: the run read tool
+// output the phrase checks flagged (RunState.Tainted), or, before the
+// decision was proposed, output of a tool whose manifest declares
+// untrusted_output (untrustedRead).
+func (r *run) writesGated() bool {
+	if len(r.st.Tainted) > 0 {
+		return true
+	}
+	_, ok := r.untrustedRead()
+	return ok
+}
+
+// untrustedRead returns the run's first observation of the output of a tool
+// whose manifest declares untrusted_output (events.Output says which
+// observations hold a tool's output) made at a step before the current
+// decision's: only a decision proposed after the model was shown that
+// output can have been steered by it. The manifests are read now, so every
+// worker that takes the run up with the same config decides the same.
+func (r *run) untrustedRead() (events.Output, bool) {
+	for _, o := range r.st.Outputs {
+		if o.Step < r.st.CurrentStep && r.manifest(o.Tool).UntrustedOutput {
+			return o, true
+		}
+	}
+	return events.Output{}, false
+}
+
+// untrustedReason is the reason a write is gated by untrusted output o.
+func untrustedReason(o events.Output) string {
+	return fmt.Sprintf("read untrusted content from %s at step %d", o.Tool, o.Step)
 }
 
 // askRecorded appends the question of a pending entry that the run's

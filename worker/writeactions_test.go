@@ -38,7 +38,11 @@ func TestTheWriteActionBoundStopsTheRunBeforeTheWriteOverIt(t *testing.T) {
 			`{"tool_calls":[{"tool":"lookup_complaints","args":{"category":"noise"}},{"tool":"create_ticket","args":{"n":3}}]}`,
 			`{"final_answer":{"summary":"three tickets"}}`)},
 	})
-	evs := b.waitEnd(b.submit(task("write-bound-1", "ticketer")))
+	runID := b.submit(task("write-bound-1", "ticketer"))
+	// lookup_complaints says untrusted_output: the second write, proposed
+	// after its output, waits for a human.
+	b.autoApprove(runID, "supervisor@cityops", "approve", "checked")
+	evs := b.waitEnd(runID)
 	fin := last[events.FinishedData](t, evs, events.TypeFinished)
 	if fin.Reason != events.ReasonMaxToolCalls || !strings.Contains(fin.Detail, "the budget of 2 write actions is used up") {
 		t.Errorf("finished %s (%q), want max_tool_calls naming the write bound", fin.Reason, fin.Detail)
