@@ -45,6 +45,7 @@ func decide(ctx context.Context, e env, verb string, args []string) int {
 		yes      = fs.Bool("yes", false, "send without asking for confirmation")
 		wait     = fs.Duration("wait", 5*time.Second, "how long to wait for loopgate to record the decision, and then for the run to move on")
 		keyFile  = fs.String("key", "", "sign the decision with the approver's nkey seed in this file (loopgate keys new); required when the policy requires signatures")
+		sealKey  = fs.String("seal-key", "", "open sealed arguments with the key-encryption key in this file (default: LOOPGATE_SEAL_KEY), to see the real values before deciding")
 		decision *string
 	)
 	if verb == "approve" {
@@ -95,6 +96,10 @@ func decide(ctx context.Context, e env, verb string, args []string) int {
 		key = k
 	}
 
+	kek, err := readSealKey(*sealKey)
+	if err != nil {
+		return fail(e, "%s: --seal-key: %v", verb, err)
+	}
 	nc, js, j, err := connect(ctx, *natsURL)
 	if err != nil {
 		return fail(e, "%v", err)
@@ -134,6 +139,9 @@ func decide(ctx context.Context, e env, verb string, args []string) int {
 	}
 
 	q := questionFromEntry(entry)
+	if err := unseal(ctx, js, j, kek, &q); err != nil {
+		return fail(e, "%s: run %s call %s: %v\n%s", verb, runID, callID, cmp.Or(refusal(nc, err), err), nothingSent)
+	}
 	fmt.Fprintf(e.stdout, "%s as %s — the exact action:\n", d, printable(*as))
 	q.print(e.stdout, "  ", time.Now())
 	if *reason != "" {

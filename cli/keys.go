@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -12,6 +13,9 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/loopgate/loopgate/approvals"
+	"github.com/loopgate/loopgate/events"
+	"github.com/loopgate/loopgate/journal"
+	"github.com/loopgate/loopgate/seal"
 )
 
 // runKeys is loopgate keys: key pairs approvers sign approvals with.
@@ -22,6 +26,8 @@ func runKeys(ctx context.Context, e env, args []string) int {
 	usage := func() {
 		fmt.Fprintln(e.stderr, "usage: loopgate keys new [--out FILE]    make an approver's key pair (nkey, ed25519)")
 		fmt.Fprintln(e.stderr, "       loopgate keys public FILE         print the public key of a seed file")
+		fmt.Fprintln(e.stderr, "       loopgate keys seal-new [--out FILE]   make a key-encryption key for sealed arguments (redaction.seal_key_file)")
+		fmt.Fprintln(e.stderr, "       loopgate keys shred TENANT --yes [--nats URL]   delete a tenant's data key: its sealed values become unrecoverable")
 	}
 	if len(args) == 0 {
 		usage()
@@ -32,6 +38,10 @@ func runKeys(ctx context.Context, e env, args []string) int {
 		return keysNew(e, args[1:])
 	case "public":
 		return keysPublic(e, args[1:])
+	case "seal-new":
+		return keysSealNew(e, args[1:])
+	case "shred":
+		return keysShred(ctx, e, args[1:])
 	case "-h", "--help", "help":
 		usage()
 		return exitOK
@@ -158,4 +168,76 @@ func wipe(b []byte) {
 	for i := range b {
 		b[i] = 'x'
 	}
+}
+
+// keysSealNew is loopgate keys seal-new: a new key-encryption key for
+// sealed arguments, printed or written to a new file readable by its
+// owner only.
+func keysSealNew(e env, args []string) int {
+	fs := flag.NewFlagSet("loopgate keys seal-new", flag.ContinueOnError)
+	out := fs.String("out", "", "write the key to this new file, mode 0600 (redaction.seal_key_file)")
+	fs.Usage = func() {
+		fmt.Fprintln(e.stderr, "usage: loopgate keys seal-new [--out FILE]")
+		fs.PrintDefaults()
+	}
+	if code, ok := parseFlags(fs, e, args); !ok {
+		return code
+	}
+	if fs.NArg() != 0 {
+		fs.Usage()
+		return exitError
+	}
+	text := []byte(seal.NewKeyText() + "\n")
+	if *out == "" {
+		fmt.Fprintln(e.stdout, "# key-encryption key: give it to the workers in a file (redaction.seal_key_file) or as "+seal.EnvKey)
+		e.stdout.Write(text)
+		return exitOK
+	}
+	if err := writeSeed(*out, text); err != nil {
+		return fail(e, "keys seal-new: %v", err)
+	}
+	fmt.Fprintf(e.stderr, "key written to %s (mode 0600); name it in redaction.seal_key_file\n", *out)
+	return exitOK
+}
+
+// keysShred is loopgate keys shred: delete a tenant's data key from the
+// loopgate_keys bucket, making every value sealed under it unrecoverable
+// (the erasure path for personal data). The events stay readable.
+func keysShred(ctx context.Context, e env, args []string) int {
+	fs := flag.NewFlagSet("loopgate keys shred", flag.ContinueOnError)
+	natsURL := fs.String("nats", defaultNATS, "NATS URL of a running loopgate")
+	yes := fs.Bool("yes", false, "required: the sealed values of the tenant are lost for good")
+	fs.Usage = func() {
+		fmt.Fprintln(e.stderr, "usage: loopgate keys shred TENANT --yes [--nats URL]")
+		fs.PrintDefaults()
+	}
+	pos, code, ok := parseInterspersed(fs, e, args)
+	if !ok {
+		return code
+	}
+	if len(pos) != 1 {
+		fs.Usage()
+		return exitError
+	}
+	tenant := pos[0]
+	switch {
+	case !events.ValidToken(tenant):
+		return fail(e, "keys shred: tenant %q is not a valid subject token", tenant)
+	case !*yes:
+		return fail(e, "keys shred: every value sealed for tenant %s becomes unrecoverable, and calls waiting on them end args_lost: add --yes to go ahead", tenant)
+	}
+	nc, js, _, err := connect(ctx, *natsURL)
+	if err != nil {
+		return fail(e, "%v", err)
+	}
+	defer nc.Close()
+	kv, err := js.KeyValue(ctx, journal.BucketKeys)
+	if err != nil {
+		return fail(e, "keys shred: open bucket %s: %v", journal.BucketKeys, cmp.Or(refusal(nc, err), err))
+	}
+	if err := seal.NewKeyring(kv, nil).Shred(ctx, tenant); err != nil {
+		return fail(e, "keys shred: %v", cmp.Or(refusal(nc, err), err))
+	}
+	fmt.Fprintf(e.stdout, "the data key of tenant %s is deleted: its sealed values are unrecoverable; the events stay readable\n", tenant)
+	return exitOK
 }

@@ -21,6 +21,7 @@ func runPending(ctx context.Context, e env, args []string) int {
 		natsURL = fs.String("nats", defaultNATS, "NATS URL of a running loopgate")
 		tenant  = fs.String("tenant", "", "only this tenant's calls (default: every tenant)")
 		asJSON  = fs.Bool("json", false, "print the entries as JSON lines")
+		sealKey = fs.String("seal-key", "", "open sealed arguments with the key-encryption key in this file (default: LOOPGATE_SEAL_KEY); without it they show redacted")
 	)
 	fs.Usage = func() {
 		fmt.Fprintln(e.stderr, "usage: loopgate pending [--tenant T] [--nats URL] [--json]")
@@ -36,7 +37,11 @@ func runPending(ctx context.Context, e env, args []string) int {
 	if *tenant != "" && !events.ValidToken(*tenant) {
 		return fail(e, "pending: tenant %q is not a valid subject token", *tenant)
 	}
-	nc, js, _, err := connect(ctx, *natsURL)
+	kek, err := readSealKey(*sealKey)
+	if err != nil {
+		return fail(e, "pending: --seal-key: %v", err)
+	}
+	nc, js, j, err := connect(ctx, *natsURL)
 	if err != nil {
 		return fail(e, "%v", err)
 	}
@@ -68,6 +73,9 @@ func runPending(ctx context.Context, e env, args []string) int {
 	now := time.Now()
 	for i, ent := range entries {
 		q := questionFromEntry(ent)
+		if err := unseal(ctx, js, j, kek, &q); err != nil {
+			return fail(e, "pending: run %s call %s: %v", q.RunID, q.CallID, cmp.Or(refusal(nc, err), err))
+		}
 		fmt.Fprintf(e.stdout, "\n#%d  %s, asked %s ago\n", i+1, q.Kind, now.Sub(q.RequestedAt).Round(time.Second))
 		q.print(e.stdout, "  ", now)
 		fmt.Fprintf(e.stdout, "  %-10s %s\n", "decide", decideHint(q, *natsURL))

@@ -35,6 +35,9 @@ type question struct {
 	Why         string
 	RequestedAt time.Time
 	ExpiresAt   time.Time
+	// Sealed says, when the call's arguments were sealed, whether Args are
+	// the real ones (opened with the seal key) or the redacted copy.
+	Sealed string
 }
 
 func questionFromEntry(e approvals.Entry) question {
@@ -63,6 +66,9 @@ func (q question) print(w io.Writer, indent string, now time.Time) {
 	line("call", fmt.Sprintf("%s (step %d), %s, round %d", q.CallID, q.Step, q.Kind, q.Round))
 	line("tool", printable(q.Tool))
 	line("args", printable(string(q.Args)))
+	if q.Sealed != "" {
+		line("sealed", q.Sealed)
+	}
 	line("args_hash", q.ArgsHash)
 	line("operation", q.OperationID)
 	line("principal", printable(q.Principal))

@@ -23,6 +23,7 @@ import (
 	"github.com/loopgate/loopgate/model"
 	"github.com/loopgate/loopgate/natsd"
 	"github.com/loopgate/loopgate/providers"
+	"github.com/loopgate/loopgate/seal"
 	"github.com/loopgate/loopgate/tools"
 	"github.com/loopgate/loopgate/worker"
 )
@@ -73,6 +74,12 @@ func builtins(outbox string) (tools.Builtins, error) {
 }
 
 func startStack(ctx context.Context, o stackOptions) (_ *stack, err error) {
+	var kek *seal.LocalKey
+	if o.workers > 0 {
+		if kek, err = workersKey(o.cfg); err != nil {
+			return nil, err
+		}
+	}
 	s := &stack{outbox: filepath.Join(o.dataDir, "outbox")}
 	var refused refusalWatch
 	defer func() {
@@ -162,7 +169,13 @@ func startStack(ctx context.Context, o stackOptions) (_ *stack, err error) {
 		}
 		models[name] = m
 	}
-	s.pool, err = worker.New(worker.Deps{JS: s.js, Journal: s.journal, App: o.cfg, Registry: reg, Models: models}, &worker.Config{Workers: o.workers, Logger: o.log, Crash: o.crash,
+	deps := worker.Deps{JS: s.js, Journal: s.journal, App: o.cfg, Registry: reg, Models: models}
+	if kek != nil {
+		if deps.Sealer, err = keyring(ctx, s.js, kek); err != nil {
+			return nil, err
+		}
+	}
+	s.pool, err = worker.New(deps, &worker.Config{Workers: o.workers, Logger: o.log, Crash: o.crash,
 		// Batching a step's events pays on replicated streams only (one
 		// Raft proposal); on one server it costs more (docs/durability.md).
 		BatchEvents: o.replicas > 1,

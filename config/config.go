@@ -80,6 +80,13 @@ type Redaction struct {
 	Keys []string `json:"keys,omitempty"`
 	// Patterns: email, phone, card, ssn, bearer. Defaults to all of them.
 	Patterns []string `json:"patterns,omitempty"`
+	// SealKeyFile is the key-encryption key that seals what the redactor
+	// replaces in a call's arguments, so that any worker can run the call
+	// (package seal): 32 bytes, base64 or hex, in a file; relative to the
+	// config file. Defaults to the LOOPGATE_SEAL_KEY environment variable;
+	// without either, serve and worker refuse a config whose profiles
+	// offer a write or a gated tool.
+	SealKeyFile string `json:"seal_key_file,omitempty"`
 }
 
 // Server settings.

@@ -111,8 +111,9 @@ type ToolCall struct {
 	Tool       string          `json:"tool"`
 	Args       json.RawMessage `json:"args"`
 	// Redacted: the arguments held sensitive values, stored replaced.
-	// Only the worker that proposed the call knew them; no other may
-	// validate or run it from what is stored.
+	// No worker validates or runs the call from the stored copy: only
+	// from the real arguments, known to the worker that proposed it or
+	// opened from Sealed.
 	Redacted bool `json:"redacted,omitempty"`
 	// Sealed holds the real arguments, encrypted, when Redacted: any
 	// worker with the tenant's data key opens them (see Sealed).
@@ -130,6 +131,12 @@ type Sealed struct {
 	Key   string `json:"key"`
 	Nonce []byte `json:"nonce"`
 	Box   []byte `json:"box"`
+}
+
+// SealAAD is the additional data a call's sealed arguments are bound to:
+// the run, the call and the type of the event they are stored in.
+func SealAAD(runID, callID string, typ Type) []byte {
+	return []byte(runID + "\x00" + callID + "\x00" + string(typ))
 }
 
 // FinalAnswer ends a run.

@@ -24,12 +24,6 @@ type Sealer interface {
 	Open(ctx context.Context, tenant string, s *events.Sealed, aad []byte) ([]byte, error)
 }
 
-// sealAAD binds a sealed value to its run, its call and the type of the
-// event it is stored in.
-func sealAAD(runID, callID string, typ events.Type) []byte {
-	return []byte(runID + "\x00" + callID + "\x00" + string(typ))
-}
-
 // sealStored returns stored, the redacted encoding of e, with the real
 // arguments of each redacted call of e sealed beside it: the calls of a
 // proposed event, the canonical arguments of an ok validated one. Any
@@ -60,7 +54,7 @@ func (r *run) sealStored(ctx context.Context, e *events.Event, stored json.RawMe
 			if !c.Redacted {
 				continue
 			}
-			s, err := r.p.sealer.Seal(ctx, r.task.Tenant, c.Args, sealAAD(e.RunID, c.ID, e.Type))
+			s, err := r.p.sealer.Seal(ctx, r.task.Tenant, c.Args, events.SealAAD(e.RunID, c.ID, e.Type))
 			if err != nil {
 				return nil, fmt.Errorf("seal the arguments of call %s of run %s: %w", c.ID, e.RunID, err)
 			}
@@ -81,7 +75,7 @@ func (r *run) sealStored(ctx context.Context, e *events.Event, stored json.RawMe
 		if err := redacted.Decode(&out); err != nil {
 			return nil, err
 		}
-		s, err := r.p.sealer.Seal(ctx, r.task.Tenant, real.Args, sealAAD(e.RunID, e.CallID, e.Type))
+		s, err := r.p.sealer.Seal(ctx, r.task.Tenant, real.Args, events.SealAAD(e.RunID, e.CallID, e.Type))
 		if err != nil {
 			return nil, fmt.Errorf("seal the arguments of call %s of run %s: %w", e.CallID, e.RunID, err)
 		}
@@ -119,7 +113,7 @@ func (r *run) openSealed(ctx context.Context) error {
 		default:
 			continue
 		}
-		plain, err := r.p.sealer.Open(ctx, r.task.Tenant, s, sealAAD(r.st.RunID, id, typ))
+		plain, err := r.p.sealer.Open(ctx, r.task.Tenant, s, events.SealAAD(r.st.RunID, id, typ))
 		if errors.Is(err, seal.ErrShredded) {
 			if r.shredded == nil {
 				r.shredded = map[string]bool{}

@@ -20,7 +20,7 @@ import (
 // example approvers' key seeds under keys/ (see [ApproverKeyFile]). Paths
 // in loopgate.yaml are relative to its root.
 //
-//go:embed loopgate.yaml schemas/*.json scripts/*.json keys/*.nk
+//go:embed loopgate.yaml schemas/*.json scripts/*.json keys/*.nk keys/demo-seal.key
 var Files embed.FS
 
 // ConfigFile is the name of the example's configuration in [Files].
