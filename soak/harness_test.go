@@ -1080,8 +1080,12 @@ func checkDrafts(outbox string, r *runReport) {
 	}
 }
 
-// outboxFiles lists the outbox: drafts, and leftovers of interrupted writes.
-func outboxFiles(t testing.TB, outbox string) (drafts, temps []string) {
+// outboxFiles lists the outbox: drafts, tombstones (draft_status fenced
+// an operation whose draft was not there; the call's next attempt writes
+// its draft under another operation id) and leftovers of interrupted
+// writes. A tombstone is written as a draft is, a temp file linked into
+// place.
+func outboxFiles(t testing.TB, outbox string) (drafts, tombstones, temps []string) {
 	t.Helper()
 	entries, err := os.ReadDir(outbox)
 	if err != nil && !os.IsNotExist(err) {
@@ -1090,13 +1094,17 @@ func outboxFiles(t testing.TB, outbox string) (drafts, temps []string) {
 	for _, e := range entries {
 		switch n := e.Name(); {
 		case strings.HasPrefix(n, "escalation-") && strings.HasSuffix(n, ".txt"):
+			if b, err := os.ReadFile(filepath.Join(outbox, n)); err == nil && bytes.HasPrefix(b, []byte("ABANDONED OPERATION")) {
+				tombstones = append(tombstones, n)
+				continue
+			}
 			drafts = append(drafts, n)
 		default:
 			temps = append(temps, n)
 		}
 	}
 	sort.Strings(drafts)
-	return drafts, temps
+	return drafts, tombstones, temps
 }
 
 // outboxWatch counts, through inotify, every write of a draft file: the
@@ -1411,11 +1419,12 @@ type outboxVerdict struct {
 // long with leftovers in its outbox.)
 func checkOutbox(t *testing.T, outbox string, watch *outboxWatch, want, overlapping int) outboxVerdict {
 	t.Helper()
-	drafts, temps := outboxFiles(t, outbox)
+	drafts, tombstones, temps := outboxFiles(t, outbox)
 	v := outboxVerdict{drafts: len(drafts), leftovers: temps}
 	if len(drafts) != want {
 		v.problems = append(v.problems, fmt.Sprintf("outbox holds %d drafts, want %d", len(drafts), want))
 	}
+	drafts = append(drafts, tombstones...) // each put in place once, by a temp file of its own
 	placed, tempWrites, overflow := watch.writes()
 	v.tempWrites = tempWrites
 	if overflow {
