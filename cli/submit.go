@@ -8,12 +8,15 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/loopgate/loopgate/events"
+	"github.com/loopgate/loopgate/internal/natsconn"
 	"github.com/loopgate/loopgate/journal"
 )
 
@@ -31,6 +34,7 @@ func runSubmit(ctx context.Context, e env, args []string) int {
 		session = fs.String("session", "", "session id: the run sees the compacted conversation of the session's earlier runs")
 		timeout = fs.Duration("timeout", 5*time.Minute, "how long to follow the run")
 		asJSON  = fs.Bool("json", false, "print events as JSON lines")
+		publish = fs.Bool("no-follow", false, "publish the task and print its run id, without following the run (all a user that may only publish tasks can do)")
 	)
 	if code, ok := parseOnlyFlags(fs, e, args); !ok {
 		return code
@@ -87,20 +91,43 @@ func runSubmit(ctx context.Context, e env, args []string) int {
 		// refuse it here, where the sender can fix it.
 		return fail(e, "task_id %q (--task-id): want 1 to 128 letters, digits and, after the first, '.', '_', ':' or '-'", task.TaskID)
 	}
-	nc, js, j, err := connect(ctx, *natsURL)
-	if err != nil {
-		return fail(e, "%v", err)
-	}
-	defer nc.Close()
 	runID := events.RunID(task.Tenant, task.TaskID)
 	// The publish has a deadline of its own: --timeout is how long to
 	// follow the run, and a short one must not report as failed a task
-	// that was stored.
+	// that was stored. A refusal by the server ends it at once.
 	pctx, pcancel := context.WithTimeout(ctx, publishTimeout)
-	ack, err := js.Publish(pctx, events.TaskSubject(task.Tenant), payload, jetstream.WithMsgID(taskMsgID(task.Tenant, task.TaskID)))
-	pcancel()
+	defer pcancel()
+	refused := &clientRefusal{cancel: pcancel}
+	var (
+		nc  *nats.Conn
+		js  jetstream.JetStream
+		j   *journal.Journal
+		err error
+	)
+	if *publish {
+		nc, js, err = connectPublisher(*natsURL, refused.option())
+	} else {
+		// The journal is opened first: a user that may not read runs
+		// learns so before anything is published.
+		nc, js, j, err = connect(pctx, *natsURL, refused.option())
+	}
 	if err != nil {
+		if v := refused.violation(); v != "" {
+			return fail(e, "submit: %s refused this user reading runs (%s): nothing was submitted; a user that may only publish tasks submits with --no-follow", natsconn.RedactedURLs(*natsURL), v)
+		}
+		return fail(e, "%v", err)
+	}
+	defer nc.Close()
+	ack, err := js.Publish(pctx, events.TaskSubject(task.Tenant), payload, jetstream.WithMsgID(taskMsgID(task.Tenant, task.TaskID)))
+	if err != nil {
+		if v := refused.violation(); v != "" {
+			return fail(e, "submit: %s refused this user publishing a task of tenant %s (%s): nothing was submitted", natsconn.RedactedURLs(*natsURL), task.Tenant, v)
+		}
 		return fail(e, "publish task: %v", notStored(err, fmt.Sprintf("submit the same task again with --task-id %s (its task id makes that safe)", task.TaskID)))
+	}
+	pcancel()
+	if *publish {
+		return printSubmitted(e, task.TaskID, runID, ack.Duplicate, *asJSON, *natsURL)
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
@@ -112,6 +139,84 @@ func runSubmit(ctx context.Context, e env, args []string) int {
 		fmt.Fprintf(e.stdout, "submitted task %s as run %s%s\n\n", task.TaskID, runID, dup)
 	}
 	return follow(ctx, e, j, followed{runID: runID, filter: events.RunFilter(task.Tenant, runID), asJSON: *asJSON, natsURL: *natsURL, timeout: *timeout})
+}
+
+// printSubmitted reports a task published with --no-follow: its run id
+// alone on stdout (or, with asJSON, a JSON line of task id, run id and
+// whether the task id was a duplicate), and how to follow the run on
+// stderr.
+func printSubmitted(e env, taskID, runID string, duplicate, asJSON bool, natsURL string) int {
+	if asJSON {
+		b, _ := json.Marshal(struct {
+			TaskID    string `json:"task_id"`
+			RunID     string `json:"run_id"`
+			Duplicate bool   `json:"duplicate"`
+		}{taskID, runID, duplicate})
+		fmt.Fprintln(e.stdout, string(b))
+		return exitOK
+	}
+	fmt.Fprintln(e.stdout, runID)
+	dup := ""
+	if duplicate {
+		dup = " (duplicate task id: the run is the existing one)"
+	}
+	fmt.Fprintf(e.stderr, "submitted task %s as run %s%s; follow it with: loopgate audit %s --follow%s\n", taskID, runID, dup, runID, natsFlag(natsURL))
+	return exitOK
+}
+
+// connectPublisher connects as connect does, without opening the
+// journal: a user that may only publish tasks has no right to read the
+// events stream.
+func connectPublisher(url string, extra ...nats.Option) (*nats.Conn, jetstream.JetStream, error) {
+	opts, err := authFromEnv().options(true)
+	if err != nil {
+		return nil, nil, err
+	}
+	opts = append(opts, nats.Name("loopgate-cli"), nats.Timeout(5*time.Second))
+	nc, err := nats.Connect(url, append(opts, extra...)...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("connect to %s: %w", natsconn.RedactedURLs(url), err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	return nc, js, nil
+}
+
+// clientRefusal holds the first permission violation the server reports
+// on a client command's connection and cancels the operation waiting on
+// it: a refused request is never answered, so it would otherwise end only
+// at its timeout. Its handler replaces nats.go's default, which prints to
+// the process's stderr what the command's error names. Safe for
+// concurrent use.
+type clientRefusal struct {
+	cancel context.CancelFunc
+	mu     sync.Mutex
+	first  string
+}
+
+func (r *clientRefusal) option() nats.Option {
+	return nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+		if !errors.Is(err, nats.ErrPermissionViolation) {
+			return
+		}
+		r.mu.Lock()
+		if r.first == "" {
+			// The server's own words: Permissions Violation for Publish to "…".
+			r.first = strings.TrimPrefix(err.Error(), nats.ErrPermissionViolation.Error()+": ")
+		}
+		r.mu.Unlock()
+		r.cancel()
+	})
+}
+
+// violation is the server's refusal, or "" if there was none.
+func (r *clientRefusal) violation() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.first
 }
 
 // taskMsgID is a task's Nats-Msg-Id: its tenant and task id. JetStream
