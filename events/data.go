@@ -28,14 +28,16 @@ type SessionContext struct {
 	ID      string `json:"id"`
 	Summary string `json:"summary,omitempty"`
 	// SummaryTainted says the summary folded in a tainted turn: it may
-	// carry text written by flagged tool output, so it taints its reader.
+	// carry text written by flagged or untrusted tool output, so it taints
+	// its reader.
 	SummaryTainted bool              `json:"summary_tainted,omitempty"`
 	Turns          []SessionTurn     `json:"turns,omitempty"`
 	Constraints    map[string]string `json:"constraints,omitempty"`
 }
 
 // Tainted lists what of c came from a run that read tool output flagged as
-// possible prompt injection ("session:<run_id>", "session:summary"): a run
+// possible prompt injection, or output of a tool declared untrusted
+// ("session:<run_id>", "session:summary"): a run
 // shown c is tainted as if it had read that output itself.
 func (c *SessionContext) Tainted() []string {
 	var from []string
@@ -56,7 +58,7 @@ type SessionTurn struct {
 	Role  string `json:"role"` // user | assistant | tool
 	Text  string `json:"text"`
 	// Tainted marks a turn written by a run that was tainted (it read
-	// flagged tool output, itself or through its session): its tool
+	// flagged or untrusted tool output, itself or through its session): its tool
 	// results and its answer may carry the injected text.
 	Tainted bool `json:"tainted,omitempty"`
 }

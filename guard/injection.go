@@ -4,6 +4,11 @@
 // steer the model — "ignore previous instructions", chat role markers,
 // text shaped like a tool call. A run whose context holds flagged content
 // is tainted: from then on every write in it needs a human's approval.
+//
+// The checks match English phrases, so a paraphrase or another language
+// passes them. They are an extra signal: what gates writes after
+// third-party text is the tool's manifest declaring untrusted_output,
+// whatever the text's wording (worker, docs/taint.md).
 package guard
 
 import (

@@ -29,8 +29,8 @@ func (a action) String() string { return actionNames[a] }
 
 // nextAction is the write path's state machine for one call.
 //
-// tainted says the run's context holds flagged tool output: then every
-// write is gated, whatever its manifest says.
+// tainted says the run's context holds flagged or untrusted tool output
+// (run.writesGated): then every write is gated, whatever its manifest says.
 func nextAction(c *events.CallState, m tools.Manifest, dryRun, tainted bool) action {
 	if c.Validated == nil || c.Validated.Status != events.ValidOK || c.Denied != nil {
 		return actObserve

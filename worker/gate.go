@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -102,14 +103,39 @@ func (r *run) gateReason(c *events.CallState, m tools.Manifest) string {
 		why = append(why, untrustedReason(o))
 	}
 	if len(r.st.Tainted) > 0 {
-		flagged := fmt.Sprintf("this run read tool output flagged as possible prompt injection (from %s)", strings.Join(r.st.Tainted, ", "))
+		var calls, memory []string
+		for _, from := range r.st.Tainted {
+			if strings.HasPrefix(from, "session:") {
+				memory = append(memory, from)
+			} else {
+				calls = append(calls, from)
+			}
+		}
+		var taint []string
+		if len(calls) > 0 {
+			taint = append(taint, fmt.Sprintf("this run read tool output flagged as possible prompt injection (from %s)", strings.Join(calls, ", ")))
+		}
+		if len(memory) > 0 {
+			taint = append(taint, fmt.Sprintf("this run was shown session memory written after flagged or untrusted tool output (from %s)", strings.Join(memory, ", ")))
+		}
 		if len(why) == 0 {
-			why = append(why, "taint: "+flagged+"; every write now needs a human's approval")
+			why = append(why, "taint: "+strings.Join(taint, "; ")+"; every write now needs a human's approval")
 		} else {
-			why = append(why, "note the taint: "+flagged)
+			why = append(why, "note the taint: "+strings.Join(taint, "; "))
 		}
 	}
 	return strings.Join(why, "; ")
+}
+
+// taintsSession reports whether what the run leaves in its session's
+// memory may carry injected text, and so taints the session's next runs:
+// the run is tainted by the phrase checks, or it observed, at any step,
+// output of a tool whose manifest declares untrusted_output.
+func (r *run) taintsSession() bool {
+	if len(r.st.Tainted) > 0 {
+		return true
+	}
+	return slices.ContainsFunc(r.st.Outputs, func(o events.Output) bool { return r.manifest(o.Tool).UntrustedOutput })
 }
 
 // writesGated reports whether every write of the run's current decision

@@ -57,6 +57,16 @@ func (p *provenance) ticketRuns(n int) int {
 // proposes script's decisions in order.
 func setupProvenance(t *testing.T, scripts map[string][]string) *provenance {
 	t.Helper()
+	models := map[string]model.Model{}
+	for name, decisions := range scripts {
+		models[name] = scripted(t, decisions...)
+	}
+	return setupProvenanceModels(t, models)
+}
+
+// setupProvenanceModels is setupProvenance with a model for each agent.
+func setupProvenanceModels(t *testing.T, models map[string]model.Model) *provenance {
+	t.Helper()
 	p := &provenance{runs: map[int]int{}}
 	var total atomic.Int32 // the runs of any argument: p.runs counts them by argument
 	write, fns := ungated("create_ticket", &total, func(_ context.Context, c tools.Call) (any, error) {
@@ -87,10 +97,12 @@ func setupProvenance(t *testing.T, scripts map[string][]string) *provenance {
 	op := roles["operator"]
 	op.Call = append(op.Call, "read_mail", "read_note")
 	roles["operator"] = op
-	agents, models := map[string]config.Profile{}, map[string]model.Model{}
-	for name, decisions := range scripts {
+	agents := map[string]config.Profile{}
+	for name := range models {
 		agents[name] = profile("read_mail", "read_note", "create_ticket")
-		models[name] = scripted(t, decisions...)
+		pr := agents[name]
+		pr.SessionBudgetBytes = 8192 // a session's turns stay whole
+		agents[name] = pr
 	}
 	p.bundle = setup(t, options{tools: []tools.Manifest{write, mail, note}, builtins: fns, roles: roles, agents: agents, scripts: models})
 	return p
@@ -292,5 +304,52 @@ func TestCityOpsDraftsAfterALookupSayTheyFollowUntrustedContent(t *testing.T) {
 	}
 	if want := "draft_escalation is a write tool: a human must approve these exact arguments; read untrusted content from lookup_complaints at step 2"; q.Why != want || e.CallID != "s3c1" {
 		t.Errorf("the first draft (call %s) is asked about because %q, want call s3c1 because %q", e.CallID, q.Why, want)
+	}
+}
+
+// A run that observed untrusted output leaves it in its session's memory:
+// the session's next run is tainted by it, and its write (approval none,
+// no read of its own) waits for a human, naming the run that read it.
+func TestUntrustedOutputTaintsTheSessionsNextRun(t *testing.T) {
+	t.Parallel()
+	const paraphrase = 1
+	m := model.Func(func(_ context.Context, req model.Request) (model.Response, error) {
+		var input string
+		for _, turn := range req.History {
+			if turn.Role == events.RoleUser {
+				_ = json.Unmarshal(turn.Content, &input)
+			}
+		}
+		out := `{"final_answer":{"summary":"done"}}`
+		switch {
+		case req.Step == 1 && input == "read":
+			out = fmt.Sprintf(`{"tool_calls":[{"tool":"read_mail","args":{"n":%d}}]}`, paraphrase)
+		case req.Step == 1 && input == "act":
+			out = `{"tool_calls":[{"tool":"create_ticket","args":{"n":200}}]}`
+		}
+		return model.Response{Output: []byte(out), Name: "mailbot"}, nil
+	})
+	p := setupProvenanceModels(t, map[string]model.Model{"mailbot": m})
+	run := func(id, input string) string {
+		tk := task(id, "mailbot")
+		tk.Input, _ = json.Marshal(input)
+		tk.SessionID = "inbox"
+		return p.submit(tk)
+	}
+	first := run("session-read", "read")
+	assertTrail(t, p.waitEnd(first), concat([]string{"started"}, okStep("read_mail"), []string{"proposed:final", "finished:done"}))
+
+	second := run("session-act", "act")
+	_, q := p.asked(second)
+	if want := "taint: this run was shown session memory written after flagged or untrusted tool output (from session:" + first + "); every write now needs a human's approval"; q.Why != want {
+		t.Errorf("the session's next run is asked about its write because %q, want %q", q.Why, want)
+	}
+	if n := p.ticketRuns(200); n != 0 {
+		t.Fatalf("the write ran %d times before it was approved", n)
+	}
+	p.publishApproval(second, "s1c1", q.ArgsHash, "approve", "supervisor@cityops", "checked")
+	assertTrail(t, p.waitEnd(second), concat([]string{"started"}, gatedStep("create_ticket"), []string{"proposed:final", "finished:done"}))
+	if n := p.ticketRuns(200); n != 1 {
+		t.Errorf("the approved write ran %d times, want 1", n)
 	}
 }
