@@ -18,7 +18,9 @@ FUZZ_TARGETS = \
 	./redact:FuzzJSONStaysValid \
 	./redact:FuzzCuesNeverHideAMatch \
 	./redact:FuzzQuietIsExact \
-	./redact:FuzzPlainlyQuietIsExact
+	./redact:FuzzPlainlyQuietIsExact \
+	./redact:FuzzNewCuesNeverHideAMatch \
+	./redact:FuzzGeneratedPhoneNumbersAndIBANsAreRedacted
 
 .PHONY: help build test lint vet fmt-check unit compose-check fuzz-smoke fuzz bench bench-natscli soak demo clean
 

@@ -78,8 +78,14 @@ type Redaction struct {
 	// Keys whose values are replaced whole, compared case-insensitively.
 	// Defaults to redact.DefaultKeys (api_key, token, password, ssn, …).
 	Keys []string `json:"keys,omitempty"`
-	// Patterns: email, phone, card, ssn, bearer. Defaults to all of them.
+	// Patterns: email, phone, iban, card, ssn, bearer. Defaults to all of
+	// them (docs/redaction.md).
 	Patterns []string `json:"patterns,omitempty"`
+	// PhoneRegions are the regions (ISO 3166-1 alpha-2 codes) whose
+	// nationally written phone numbers the phone pattern finds; numbers
+	// written with + or 00 are found for every region. Defaults to
+	// redact.DefaultPhoneRegions (US, GB, IE, FR, BE, NL, DE, AT, CH, ES, IT).
+	PhoneRegions []string `json:"phone_regions,omitempty"`
 	// SealKeyFile is the key-encryption key that seals what the redactor
 	// replaces in a call's arguments, so that any worker can run the call
 	// (package seal): 32 bytes, base64 or hex, in a file; relative to the

@@ -1,15 +1,25 @@
 package redact
 
-// ExpressionOnly redacts s for p with the expression alone, no cues: the
+// ExpressionOnly redacts s for p with its detectors alone, no cues: the
 // reference the cues are tested against.
 func ExpressionOnly(p Pattern, s string) string {
-	return expressions[p].ReplaceAllStringFunc(s, func(m string) string { return marker(p, m) })
+	r := New(nil, nil)
+	for _, d := range detectors[p] {
+		s, _ = d.replace(r, s)
+	}
+	return s
 }
+
+// HasPhoneWindow is the cue of the library's phone detector.
+func HasPhoneWindow(s string) bool { return hasPhoneWindow(&defaultPhones, s) }
+
+// IBANValid reports whether s, spaces aside, is an IBAN.
+func IBANValid(s string) bool { return ibanValid(s) }
 
 // CueAllows reports whether the cues of s let p's expression run on it.
 func CueAllows(p Pattern, s string) bool {
 	var c cues
-	c.scan(s)
+	c.scan(s, &defaultPhones)
 	return c.allow(p, s)
 }
 

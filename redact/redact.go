@@ -1,10 +1,12 @@
 // Package redact keeps sensitive values out of the audit stream and, per
 // profile, out of what the model reads. Values under sensitive keys
 // (api_key, token, password, ssn, …) are replaced whole; strings anywhere
-// are scanned for patterns — e-mail addresses, phone numbers, card-like and
-// SSN-like numbers, bearer tokens — and each match is replaced by a marker
-// naming what was there ("[email]"); an object's names are strings too.
-// Structure is kept: redacted JSON is still valid JSON of the same shape.
+// are scanned for patterns — e-mail addresses, phone numbers (confirmed by
+// libphonenumber, see phone.go), IBANs, card-like and SSN-like numbers,
+// bearer tokens — and each match is replaced by a marker naming what was
+// there ("[email]"); an object's names are strings too. Structure is
+// kept: redacted JSON is still valid JSON of the same shape.
+// docs/redaction.md describes each detector and its limits.
 package redact
 
 import (
@@ -36,38 +38,122 @@ type Pattern string
 const (
 	Email  Pattern = "email"
 	Phone  Pattern = "phone"
+	IBAN   Pattern = "iban"
 	Card   Pattern = "card"
 	SSN    Pattern = "ssn"
 	Bearer Pattern = "bearer"
 )
 
-// AllPatterns are on when the config names none.
-var AllPatterns = []Pattern{Bearer, Email, Card, SSN, Phone}
+// AllPatterns are on when the config names none, in the order they are
+// looked for: longer, more specific shapes first, so that an IBAN is not
+// half-eaten as a card number, nor a card number as a phone number.
+var AllPatterns = []Pattern{Bearer, Email, IBAN, Card, SSN, Phone}
 
-// The order matters: longer, more specific shapes first, so a card number
-// is not half-eaten as a phone number.
-var expressions = map[Pattern]*regexp.Regexp{
+// detector finds one kind of sensitive string. allow is its cue (see
+// cues): false only when replace would change nothing.
+type detector struct {
+	allow   func(c cues, s string) bool
+	replace func(r *Redactor, s string) (string, bool)
+}
+
+// detectors are each pattern's, run in order.
+var detectors = map[Pattern][]detector{
 	// Bearer tokens, API-key-shaped strings, and credentials written as
 	// key=value or key: value in free text, the key and the value quoted
 	// or not: JSON inside a string (an HTTP body, a log line, a malformed
 	// decision kept as text) writes "password":"…", which used to pass.
-	Bearer: regexp.MustCompile(`(?i)\bbearer\s+[A-Za-z0-9\-._~+/]{8,}=*|\b(sk|pk|ghp|xox[bap])[-_][A-Za-z0-9_\-]{10,}|\b(password|passwd|pwd|token|secret|api[_-]?key)["']?\s*[=:]\s*["']?[^\s,;"']+`),
-	Email:  regexp.MustCompile(`(?i)[A-Z0-9._%+\-]+@[A-Z0-9.\-]+\.[A-Z]{2,}`),
-	Card:   regexp.MustCompile(`\b(?:\d[ \-]?){12,18}\d\b`),
-	SSN:    regexp.MustCompile(`\b\d{3}-\d{2}-\d{4}\b`),
-	Phone:  regexp.MustCompile(`(?:\+\d{1,3}[ .\-]?)?(?:\(\d{3}\)|\b\d{3})[ .\-]\d{3}[ .\-]\d{4}\b|\b\d{3}-\d{4}\b`),
+	Bearer: {expression(Bearer, `(?i)\bbearer\s+[A-Za-z0-9\-._~+/]{8,}=*|\b(sk|pk|ghp|xox[bap])[-_][A-Za-z0-9_\-]{10,}|\b(password|passwd|pwd|token|secret|api[_-]?key)["']?\s*[=:]\s*["']?[^\s,;"']+`)},
+	Email:  {expression(Email, `(?i)[A-Z0-9._%+\-]+@[A-Z0-9.\-]+\.[A-Z]{2,}`)},
+	IBAN:   {{allow: func(c cues, _ string) bool { return c.iban }, replace: func(_ *Redactor, s string) (string, bool) { return replaceFunc(ibanShape, s, ibanMarker) }}},
+	Card:   {expression(Card, `\b(?:\d[ \-]?){12,18}\d\b`)},
+	SSN:    {expression(SSN, `\b\d{3}-\d{2}-\d{4}\b`)},
+	// The US shapes first: the library's detector is the costlier, and
+	// what they take it need not look at.
+	Phone: {
+		{allow: func(c cues, _ string) bool { return c.phone }, replace: func(_ *Redactor, s string) (string, bool) { return usPhones(s) }},
+		{allow: func(c cues, _ string) bool { return c.phoneLib }, replace: func(r *Redactor, s string) (string, bool) { return r.phones.replace(s) }},
+	},
 }
 
-// Redactor redacts values. The zero value redacts nothing; use New.
+// expression is the detector of p that replaces the matches of expr.
+func expression(p Pattern, expr string) detector {
+	re := regexp.MustCompile(expr)
+	return detector{
+		allow: func(c cues, s string) bool { return c.allow(p, s) },
+		replace: func(_ *Redactor, s string) (string, bool) {
+			return replaceFunc(re, s, func(m string) string { return marker(p, m) })
+		},
+	}
+}
+
+// replaceFunc replaces each match m of re in s by to(m), and reports
+// whether any changed.
+func replaceFunc(re *regexp.Regexp, s string, to func(m string) string) (string, bool) {
+	if !re.MatchString(s) {
+		return s, false
+	}
+	replaced := false
+	s = re.ReplaceAllStringFunc(s, func(m string) string {
+		out := to(m)
+		replaced = replaced || out != m
+		return out
+	})
+	return s, replaced
+}
+
+// Redactor redacts values. The zero value redacts nothing; use New or
+// NewFromConfig. It is safe for concurrent use.
 type Redactor struct {
 	keys       map[string]bool
 	patterns   []Pattern
 	idPatterns []Pattern // those scanned for under identifier names (see scannedFor)
 	longKey    bool      // a key longer than maxKeyLen: plainlyQuiet steps aside
+	phones     phones
 }
 
-// New makes a redactor for keys (compared case-insensitively) and patterns.
-// Nil slices take the defaults; empty non-nil slices turn that half off.
+// Config configures a Redactor.
+type Config struct {
+	// Keys whose values are replaced whole, compared case-insensitively.
+	// An empty non-nil slice names none. Defaults to DefaultKeys.
+	Keys []string
+	// Patterns looked for in every string. An empty non-nil slice names
+	// none. Defaults to AllPatterns.
+	Patterns []Pattern
+	// PhoneRegions are the regions (ISO 3166-1 alpha-2 codes, upper case)
+	// whose nationally written numbers the phone pattern finds; a number
+	// written with + or 00 is found whatever its region. An empty non-nil
+	// slice names none. Defaults to DefaultPhoneRegions.
+	PhoneRegions []string
+}
+
+// NewFromConfig makes a redactor as cfg (nil: all defaults) says. It
+// fails on a pattern or a phone region it does not know, naming it.
+func NewFromConfig(cfg *Config) (*Redactor, error) {
+	var c Config
+	if cfg != nil {
+		c = *cfg
+	}
+	for _, p := range c.Patterns {
+		if !Known(p) {
+			return nil, fmt.Errorf("redact: unknown pattern %q", p)
+		}
+	}
+	if c.PhoneRegions == nil {
+		c.PhoneRegions = DefaultPhoneRegions
+	}
+	ph, err := newPhones(c.PhoneRegions)
+	if err != nil {
+		return nil, err
+	}
+	r := New(c.Keys, c.Patterns)
+	r.phones = ph
+	return r, nil
+}
+
+// New makes a redactor for keys (compared case-insensitively) and
+// patterns, with the default phone regions. Nil slices take the defaults;
+// empty non-nil slices turn that half off. A pattern it does not know is
+// ignored (NewFromConfig refuses it).
 func New(keys []string, patterns []Pattern) *Redactor {
 	if keys == nil {
 		keys = DefaultKeys
@@ -75,7 +161,7 @@ func New(keys []string, patterns []Pattern) *Redactor {
 	if patterns == nil {
 		patterns = AllPatterns
 	}
-	r := &Redactor{keys: map[string]bool{}}
+	r := &Redactor{keys: map[string]bool{}, phones: defaultPhones}
 	for _, k := range keys {
 		k = strings.ToLower(k)
 		r.keys[k] = true
@@ -84,7 +170,7 @@ func New(keys []string, patterns []Pattern) *Redactor {
 	for _, p := range AllPatterns { // keep the specific-first order
 		if slices.Contains(patterns, p) {
 			r.patterns = append(r.patterns, p)
-			if p == Email || p == Bearer {
+			if p == Email || p == Bearer || p == IBAN {
 				r.idPatterns = append(r.idPatterns, p)
 			}
 		}
@@ -92,47 +178,50 @@ func New(keys []string, patterns []Pattern) *Redactor {
 	return r
 }
 
+// defaultPhones are DefaultPhoneRegions, prepared.
+var defaultPhones = func() phones {
+	p, err := newPhones(DefaultPhoneRegions)
+	if err != nil {
+		panic(err)
+	}
+	return p
+}()
+
 // Known reports whether p is a pattern this package knows.
-func Known(p Pattern) bool { _, ok := expressions[p]; return ok }
+func Known(p Pattern) bool { _, ok := detectors[p]; return ok }
 
 // String redacts the patterns in s.
 func (r *Redactor) String(s string) (string, bool) {
 	if r == nil {
 		return s, false
 	}
-	return replace(s, r.patterns)
+	return r.replace(s, r.patterns)
 }
 
 // replace redacts patterns in s.
-func replace(s string, patterns []Pattern) (string, bool) {
+func (r *Redactor) replace(s string, patterns []Pattern) (string, bool) {
 	if len(patterns) == 0 {
 		return s, false
 	}
 	changed := false
 	var c cues
-	c.scan(s)
+	c.scan(s, &r.phones)
 	for _, p := range patterns {
-		if !c.allow(p, s) {
-			continue
-		}
-		re := expressions[p]
-		if !re.MatchString(s) {
-			continue
-		}
-		replaced := false
-		s = re.ReplaceAllStringFunc(s, func(m string) string {
-			out := marker(p, m)
-			replaced = replaced || out != m
-			return out
-		})
-		if replaced {
+		for _, d := range detectors[p] {
+			if !d.allow(c, s) {
+				continue
+			}
+			out, replaced := d.replace(r, s)
+			if !replaced {
+				continue
+			}
 			// The cues read word boundaries, and a marker can make one:
 			// in "a@b.io555-0121" the digits follow a letter, in
 			// "[email]555-0121" a bracket. Read the new string afresh
 			// (rare: most strings have nothing to replace).
-			changed = true
+			s, changed = out, true
 			c = cues{}
-			c.scan(s)
+			c.scan(s, &r.phones)
 		}
 	}
 	return s, changed
@@ -166,26 +255,35 @@ type cues struct {
 	// each group a whole run.
 	ssn bool
 	// phone: a run of 3 that starts a word, one of ' ', '.', '-', then a
-	// run of 4 that ends a word. Both alternatives of the expression end
+	// run of 4 that ends a word. Both alternatives of usPhone end
 	// so: `…[ .\-]\d{3}[ .\-]\d{4}\b` (a separator is not a word byte,
 	// so the 3 digits after it start a word whichever of `\(\d{3}\)`
 	// and `\b\d{3}` came before; the optional `\+\d{1,3}` prefix only
 	// adds to the front) and `\b\d{3}-\d{4}\b`.
-	phone    bool
+	phone bool
+	// phoneLib: a candidate for the library's phone detector
+	// (hasPhoneWindow), which holds at least minPhoneDigits digits.
+	phoneLib bool
+	// iban: a run of at least 2 digits that follows two ASCII letters
+	// that start a word, as `\b[A-Za-z]{2}\d{2}` begins every match of
+	// ibanShape.
+	iban     bool
 	at       bool
 	nonASCII bool
 }
 
-func (c *cues) scan(s string) { scanCues(c, s) }
+// scan reads the cues of s, ph the phone regions looked for.
+func (c *cues) scan(s string, ph *phones) { scanCues(c, s, ph) }
 
 // scanCues is cues.scan for text held either way: a JSON document's bytes
 // are scanned whole without a copy (see plainlyQuiet).
-func scanCues[S ~string | ~[]byte](c *cues, s S) {
+func scanCues[S ~string | ~[]byte](c *cues, s S, ph *phones) {
 	var (
 		prevEnd    = -2 // where the previous run ended; -2: no run yet
 		prevHead3  bool // the previous run has 3 digits and starts a word
 		prevSSNMid bool // the previous run has 2 digits and follows a prevHead3 run and '-'
 		chain      int  // digits of the current card chain from its first run that starts a word
+		digits     int  // in all
 	)
 	for i := 0; i < len(s); i++ {
 		b := s[i]
@@ -204,6 +302,10 @@ func scanCues[S ~string | ~[]byte](c *cues, s S) {
 		}
 		end := i + 1 // s[end], if any, is not a digit: the loop reads it next
 		n := end - start
+		digits += n
+		if n >= 2 && start >= 2 && isLetter(s[start-1]) && isLetter(s[start-2]) && (start == 2 || !isWordByte(s[start-3])) {
+			c.iban = true
+		}
 		startsWord := start == 0 || !isWordByte(s[start-1])
 		endsWord := end == len(s) || !isWordByte(s[end])
 		var sep byte // the one byte between this run and the previous, if one
@@ -234,6 +336,9 @@ func scanCues[S ~string | ~[]byte](c *cues, s S) {
 		prevHead3 = n == 3 && startsWord
 		prevEnd = end
 	}
+	if digits >= minPhoneDigits {
+		c.phoneLib = hasPhoneWindow(ph, s)
+	}
 }
 
 func isDigit(b byte) bool { return '0' <= b && b <= '9' }
@@ -259,7 +364,9 @@ func (c *cues) allow(p Pattern, s string) bool {
 	case SSN:
 		return c.ssn
 	case Phone:
-		return c.phone
+		return c.phone || c.phoneLib
+	case IBAN:
+		return c.iban
 	case Bearer:
 		if c.nonASCII {
 			return true // (?i) folds some non-ASCII letters onto ASCII ones (ſ, K)
@@ -430,7 +537,7 @@ func (r *Redactor) plainlyQuiet(raw []byte) bool {
 		return false
 	}
 	var c cues
-	scanCues(&c, raw)
+	scanCues(&c, raw, &r.phones)
 	if c.nonASCII {
 		return false
 	}
@@ -607,7 +714,7 @@ func (r *Redactor) quiet(raw []byte) bool {
 		if inObject {
 			patterns = scanFor
 		}
-		if _, changed := replace(tok.String(), patterns); changed {
+		if _, changed := r.replace(tok.String(), patterns); changed {
 			return false
 		}
 	}
@@ -681,7 +788,7 @@ func (r *Redactor) value(dec *jsontext.Decoder, patterns []Pattern) (any, bool, 
 	case '0':
 		return jsontext.Value(tok.String()), false, nil
 	case '"':
-		s, changed := replace(tok.String(), patterns)
+		s, changed := r.replace(tok.String(), patterns)
 		return s, changed, nil
 	case '[':
 		list, changed := []any{}, false

@@ -181,12 +181,13 @@ func (r *run) runCalls(ctx context.Context) error {
 		// Redacted before it is bounded: cut first, a sensitive value
 		// could lose the shape its pattern matches, and a placeholder
 		// longer than its value would push the observation past its bound.
-		var redact func([]byte) []byte
-		if r.profile.RedactObservations == nil || *r.profile.RedactObservations {
-			redact = func(b []byte) []byte { red, _ := r.p.redactor.JSON(b); return red }
-		}
-		obs, err := bounded(o, r.observationLimit(), redact)
+		// Stored redacted whatever the profile; one whose model reads
+		// observations unredacted is shown a clear one (clearReads).
+		obs, err := bounded(o, r.observationLimit(), func(b []byte) []byte { red, _ := r.p.redactor.JSON(b); return red })
 		if err != nil {
+			return err
+		}
+		if err := r.observeClear(c); err != nil {
 			return err
 		}
 		// Tool output is data; output that tries to steer the model is
@@ -297,7 +298,7 @@ func (r *run) nextCall() (*events.CallState, action) {
 		if c.Observed {
 			continue
 		}
-		if act := nextAction(c, r.manifest(c.Call.Tool), r.task.DryRun, r.writesGated()); act != actObserve {
+		if act := nextAction(c, r.manifest(c.Call.Tool), r.task.DryRun, r.writeGated(c)); act != actObserve {
 			return c, act
 		}
 	}
@@ -313,7 +314,7 @@ func (r *run) group(first *events.CallState, act action) []*events.CallState {
 	}
 	i := slices.Index(r.st.CurrentCalls, first)
 	for _, c := range r.st.CurrentCalls[i+1:] {
-		if c.Observed || !r.parallelSafe(c.Call.Tool) || nextAction(c, r.manifest(c.Call.Tool), r.task.DryRun, r.writesGated()) != actExecute {
+		if c.Observed || !r.parallelSafe(c.Call.Tool) || nextAction(c, r.manifest(c.Call.Tool), r.task.DryRun, r.writeGated(c)) != actExecute {
 			break
 		}
 		group = append(group, c)
@@ -531,6 +532,7 @@ func (r *run) invoke(ctx context.Context, a *attempt) (events.ExecutedData, erro
 	case err == nil:
 		out.Status = events.ExecOK
 		out.Result, out.ResultBytes = r.recordable(result)
+		r.keepClear(a, result)
 		return out, nil
 	case errors.Is(err, context.DeadlineExceeded) && cctx.Err() != nil:
 		out.Status, out.ErrorClass = events.ExecTimeout, events.TimedOut

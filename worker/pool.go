@@ -231,8 +231,12 @@ func New(d Deps, cfg *Config) (*Pool, error) {
 			patterns = append(patterns, redact.Pattern(p))
 		}
 	}
+	redactor, err := redact.NewFromConfig(&redact.Config{Keys: d.App.Redaction.Keys, Patterns: patterns, PhoneRegions: d.App.Redaction.PhoneRegions})
+	if err != nil {
+		return nil, fmt.Errorf("worker: redaction.patterns or redaction.phone_regions: %w", err)
+	}
 	return &Pool{
-		redactor:    redact.New(d.App.Redaction.Keys, patterns),
+		redactor:    redactor,
 		sealer:      d.Sealer,
 		js:          d.JS,
 		journal:     d.Journal,

@@ -55,6 +55,8 @@ type run struct {
 	// pass (an expiry, a lease's end), by the server's clock: zero for any
 	// other message. It says the server's time is at least that.
 	fired time.Time
+	// clear holds what a model reading observations unredacted is shown.
+	clear clearReads
 }
 
 // newRun prepares st (folded from the run's events, possibly none) to be
@@ -290,7 +292,7 @@ func (r *run) propose(ctx context.Context) error {
 		Agent:        r.task.Agent,
 		Instructions: r.profile.Instructions,
 		Step:         step,
-		History:      r.st.History,
+		History:      r.modelHistory(),
 		Tools:        r.specs,
 	})
 	latency := r.p.now().Sub(began).Milliseconds()
@@ -634,7 +636,7 @@ func (r *run) remember(ctx context.Context, final *events.FinalAnswer) {
 	// What a tainted run's tools said, and what it answered after reading
 	// them, may be the injected text: it taints the session's next reader.
 	// Its question came from the task, not from a tool.
-	tainted := r.taintsSession()
+	tainted := len(r.st.Tainted) > 0
 	turns := []events.SessionTurn{{RunID: r.st.RunID, Role: "user", Text: input}}
 	for _, t := range r.st.History {
 		if t.Role == events.RoleObservation && t.CallID != "" {
