@@ -102,8 +102,8 @@ func runBench(ctx context.Context, e env, args []string) int {
 			// It follows the others if this one dies.
 			against += fmt.Sprintf(" (connected; %d servers given)", n)
 		}
-		fmt.Fprintf(e.stdout, "loopgate bench: %d runs of %s for %s, %d at once, against %s (task ids %s-1…)\n",
-			*runs, printable(task.Agent), task.Tenant, *conc, against, *prefix)
+		fmt.Fprintf(e.stdout, "loopgate bench: %s of %s for %s, %d at once, against %s (task ids %s-1…)\n",
+			plural(*runs, "run"), printable(task.Agent), task.Tenant, *conc, against, *prefix)
 	}
 	if *raw {
 		r, err := measureRaw(ctx, js, *conc, *rawFor)
@@ -115,8 +115,8 @@ func runBench(ctx context.Context, e env, args []string) int {
 		}
 		rep.Raw = &r
 		if !*asJSON {
-			fmt.Fprintf(e.stdout, "raw conditional appends: %d writers, %d-byte messages, %s storage, %d replica(s): %.0f/s over %.1f s\n",
-				r.Writers, r.Bytes, strings.ToLower(r.Storage), r.Replicas, r.PerSec, r.Elapsed.Seconds())
+			fmt.Fprintf(e.stdout, "raw conditional appends: %s, %d-byte messages, %s storage, %d replica(s): %.0f/s over %.1f s\n",
+				plural(r.Writers, "writer"), r.Bytes, strings.ToLower(r.Storage), r.Replicas, r.PerSec, r.Elapsed.Seconds())
 		}
 	}
 
@@ -220,7 +220,7 @@ func (rep *benchReport) fill(l *load) {
 			if v.Parked {
 				state = "parked"
 			}
-			line := fmt.Sprintf("run %s (task %s): %s after %d events", r.runID, r.taskID, state, v.Events)
+			line := fmt.Sprintf("run %s (task %s): %s after %s", r.runID, r.taskID, state, plural(v.Events, "event"))
 			if rep.Interrupted {
 				rep.Unfinished = append(rep.Unfinished, line)
 			} else {
@@ -288,7 +288,7 @@ func (rep *benchReport) print(w io.Writer) {
 	if rep.Ended == 0 {
 		fmt.Fprintf(w, "no run ended (%d submitted)\n", rep.Submitted)
 	} else {
-		line := fmt.Sprintf("%d runs ended in %.1f s: %.1f runs/s, %.0f events/s", rep.Ended, rep.Elapsed.Seconds(), rep.RunsPerS, rep.EventsPS)
+		line := fmt.Sprintf("%s ended in %.1f s: %.1f runs/s, %.0f events/s", plural(rep.Ended, "run"), rep.Elapsed.Seconds(), rep.RunsPerS, rep.EventsPS)
 		if rep.Raw != nil {
 			line += fmt.Sprintf(" (%.2f × raw)", rep.XRaw)
 		}
@@ -320,11 +320,11 @@ func (rep *benchReport) print(w io.Writer) {
 	if len(reasons) > 0 {
 		fmt.Fprintf(w, "ended: %s\n", strings.Join(reasons, ", "))
 	}
-	fmt.Fprintf(w, "trails checked: %d runs, %d with problems; lost %d, stuck %d, not submitted %d\n",
-		rep.Submitted, len(rep.Problems), len(rep.Lost), len(rep.Stuck), rep.Runs-rep.Submitted)
+	fmt.Fprintf(w, "trails checked: %s, %d with problems; lost %d, stuck %d, not submitted %d\n",
+		plural(rep.Submitted, "run"), len(rep.Problems), len(rep.Lost), len(rep.Stuck), rep.Runs-rep.Submitted)
 	if rep.Interrupted {
-		fmt.Fprintf(w, "interrupted: %d runs had not ended, neither lost nor stuck: bench stopped waiting for them; they go on (the parked ones wait for approvals bench no longer sends: loopgate pending)\n",
-			len(rep.Unfinished))
+		fmt.Fprintf(w, "interrupted: %s had not ended, neither lost nor stuck: bench stopped waiting for them; they go on (the parked ones wait for approvals bench no longer sends: loopgate pending)\n",
+			plural(len(rep.Unfinished), "run"))
 	}
 	list := func(title string, lines []string) {
 		for i, s := range lines {

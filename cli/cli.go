@@ -58,6 +58,7 @@ func commands() []command {
 		{"deny", "deny one pending call, with a reason the model will see", runDeny},
 		{"keys", "make an approver's signing key pair (keys new), or show a seed's public key", runKeys},
 		{"tools", "list tool manifests and, with --nats, the tool services found and any mismatch", runTools},
+		{"version", "print loopgate's version, the revision it was built from and the Go version", runVersion},
 	}
 }
 
@@ -71,13 +72,17 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 		}
 		return exitOK
 	}
+	if args[0] == "--version" {
+		return runVersion(ctx, e, args[1:])
+	}
+	var names []string
 	for _, c := range commands() {
 		if c.name == args[0] {
 			return c.run(ctx, e, args[1:])
 		}
+		names = append(names, c.name)
 	}
-	fmt.Fprintf(stderr, "loopgate: unknown command %q\n\n", args[0])
-	usage(stderr)
+	fmt.Fprintf(stderr, "loopgate: unknown command %q%s\nRun 'loopgate help' for the commands.\n", args[0], didYouMean(args[0], names, "%q"))
 	return exitError
 }
 
@@ -90,17 +95,26 @@ func usage(w io.Writer) {
 	fmt.Fprintln(w, "\nRun 'loopgate <command> -h' for a command's flags.")
 }
 
-// parseFlags parses a subcommand's flags, printing errors to stderr.
-// It returns false when the command should exit with code.
+// parseFlags parses a subcommand's flags. It returns false when the
+// command should exit with code: after -h, having printed the usage to
+// stderr; after a bad flag, having printed two lines there (flagError),
+// not the whole usage.
 func parseFlags(fs *flag.FlagSet, e env, args []string) (code int, ok bool) {
+	usage := fs.Usage
+	fs.Usage = func() {}
+	fs.SetOutput(io.Discard)
+	err := fs.Parse(args)
+	fs.Usage = usage
 	fs.SetOutput(e.stderr)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK, false
-		}
-		return exitError, false
+	switch {
+	case err == nil:
+		return 0, true
+	case errors.Is(err, flag.ErrHelp):
+		fs.Usage()
+		return exitOK, false
 	}
-	return 0, true
+	fmt.Fprintln(e.stderr, flagError(fs, err))
+	return exitError, false
 }
 
 // parseOnlyFlags is parseFlags for a command that takes no positional
@@ -112,8 +126,7 @@ func parseOnlyFlags(fs *flag.FlagSet, e env, args []string) (code int, ok bool) 
 		return code, false
 	}
 	if fs.NArg() > 0 {
-		fmt.Fprintf(e.stderr, "%s: unexpected argument %q (the flags after it would not be read)\n", fs.Name(), fs.Arg(0))
-		fs.Usage()
+		fmt.Fprintf(e.stderr, "%s: unexpected argument %q (the flags after it would not be read)\nRun '%s -h' for its flags.\n", fs.Name(), fs.Arg(0), fs.Name())
 		return exitError, false
 	}
 	return 0, true

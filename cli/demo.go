@@ -155,8 +155,8 @@ func runDemo(ctx context.Context, e env, args []string) int {
 	if !*asJSON {
 		n := listOutbox(e.stdout, s.outbox)
 		if finished.Final != nil && len(finished.Final.DraftsCreated) != n && !sc.DryRun {
-			fmt.Fprintf(e.stdout, "note: the answer claims %d drafts and the outbox holds %d: a final answer is the model's word, the trail above is what happened\n",
-				len(finished.Final.DraftsCreated), n)
+			fmt.Fprintf(e.stdout, "note: the answer claims %s and the outbox holds %d: a final answer is the model's word, the trail above is what happened\n",
+				plural(len(finished.Final.DraftsCreated), "draft"), n)
 		}
 		if *keep {
 			fmt.Fprintf(e.stdout, "\nreplay it any time: loopgate serve --data %s, then loopgate audit %s\n", dir, runID)
@@ -188,11 +188,7 @@ func listOutbox(w io.Writer, dir string) int {
 		fmt.Fprintln(w, "\noutbox: empty — nothing was written")
 		return 0
 	}
-	drafts := "drafts"
-	if len(entries) == 1 {
-		drafts = "draft"
-	}
-	fmt.Fprintf(w, "\noutbox (%s): %d %s\n", dir, len(entries), drafts)
+	fmt.Fprintf(w, "\noutbox (%s): %s\n", dir, plural(len(entries), "draft"))
 	for _, ent := range entries {
 		b, _ := os.ReadFile(filepath.Join(dir, ent.Name()))
 		first, _, _ := strings.Cut(string(b), "\n")

@@ -252,7 +252,7 @@ func serve(ctx context.Context, e env, f serveFlags, workerOnly bool) int {
 	attrs = append(attrs, "group_commit", o.groupCommit, "agents", len(cfg.Agents), "tools", len(cfg.Tools))
 	log.InfoContext(ctx, "loopgate serving", append(attrs, procs...)...)
 	if !workerOnly {
-		fmt.Fprintf(e.stdout, "loopgate serving on %s (data %s, %d workers); tasks go to loopgate.tasks.<tenant>\n", where, o.dataDir, o.workers)
+		fmt.Fprintf(e.stdout, "loopgate serving on %s (data %s, %s); tasks go to loopgate.tasks.<tenant>\n", where, o.dataDir, plural(o.workers, "worker"))
 	}
 	<-ctx.Done()
 	log.Info("shutting down: finishing runs in progress")

@@ -338,7 +338,7 @@ func connect(ctx context.Context, url string, extra ...nats.Option) (*nats.Conn,
 	}
 	// Pings: `bench` and `audit --follow` outlive a server that may stop
 	// answering (natsconn); to the other commands they cost nothing.
-	opts = append(opts, nats.Name("loopgate-cli"), nats.Timeout(5*time.Second))
+	opts = append(opts, nats.Name("loopgate-cli"), nats.Timeout(5*time.Second), nats.ErrorHandler(quietRefusals))
 	opts = append(opts, natsconn.Pings()...)
 	nc, err := nats.Connect(url, append(opts, extra...)...)
 	if err != nil {
@@ -359,6 +359,16 @@ func connect(ctx context.Context, url string, extra ...nats.Option) (*nats.Conn,
 		return nil, nil, nil, fmt.Errorf("is loopgate running against %s? %w", natsconn.RedactedURLs(url), err)
 	}
 	return nc, js, j, nil
+}
+
+// quietRefusals is the client commands' asynchronous error handler. A
+// permission violation is left to the command's error, which names it
+// (refusal): nats.go's default handler would print it to the process's
+// stderr as well. Any other error is printed there as that handler does.
+func quietRefusals(_ *nats.Conn, _ *nats.Subscription, err error) {
+	if !errors.Is(err, nats.ErrPermissionViolation) {
+		fmt.Fprintf(os.Stderr, "nats: %v\n", err)
+	}
 }
 
 // refusal explains err by the permission violation the server last

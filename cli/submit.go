@@ -198,8 +198,9 @@ type clientRefusal struct {
 }
 
 func (r *clientRefusal) option() nats.Option {
-	return nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+	return nats.ErrorHandler(func(nc *nats.Conn, sub *nats.Subscription, err error) {
 		if !errors.Is(err, nats.ErrPermissionViolation) {
+			quietRefusals(nc, sub, err)
 			return
 		}
 		r.mu.Lock()

@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"io"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -51,6 +53,17 @@ func TestSubmitNoFollowPublishesAsAUserThatMayOnlyPublishTasks(t *testing.T) {
 		t.Errorf("submit --no-follow --json again: exit %d, stdout %q, want %q", code, out, want)
 	}
 
+	// A refusal is printed once, in the command's error: nats.go's default
+	// handler printed it to the process's stderr too.
+	var code2 int
+	var stderr2 string
+	printed := processStderr(t, func() {
+		code2, _, stderr2 = run(t, "", "audit", runID, "--nats", srv.url)
+	})
+	if code2 == exitOK || !strings.Contains(stderr2, `Permissions Violation for Publish to "$JS.API.STREAM.INFO.LOOPGATE_EVENTS"`) || strings.Contains(printed, "Permissions Violation") {
+		t.Errorf("audit as upstream: exit %d, its error:\n%s\nthe process's stderr besides:\n%s\nwant the refusal named once, in the error", code2, stderr2, printed)
+	}
+
 	// The task was stored and its run ends: the auditor follows it.
 	t.Setenv("NATS_USER", "auditor")
 	t.Setenv("NATS_PASSWORD", "auditor-change-me")
@@ -58,4 +71,25 @@ func TestSubmitNoFollowPublishesAsAUserThatMayOnlyPublishTasks(t *testing.T) {
 	if code, out, stderr := run(t, "", "audit", runID, "--follow", "--nats", srv.url); code != exitOK || !strings.Contains(out, "finished") {
 		t.Errorf("audit --follow of the submitted run: exit %d\n%s%s", code, out, stderr)
 	}
+}
+
+// processStderr returns what f wrote to the process's stderr (os.Stderr),
+// where nothing a command says should go. Not for parallel tests.
+func processStderr(t *testing.T, f func()) string {
+	t.Helper()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	saved := os.Stderr
+	os.Stderr = w
+	done := make(chan string)
+	go func() {
+		b, _ := io.ReadAll(r)
+		done <- string(b)
+	}()
+	f()
+	os.Stderr = saved
+	w.Close()
+	return <-done
 }
