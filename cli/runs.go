@@ -20,16 +20,16 @@ import (
 	"golang.org/x/sync/errgroup"
 )
 
-// runRunsList is `loopgate runs`: the runs projection (loopgate_runs),
-// counted by status and stop reason, and listed: the runs still going,
-// oldest update first (where one that is stuck shows), then the finished
-// ones, newest first.
+// runRunsList is `loopgate runs`: the runs projection (loopgate_runs) and
+// the tasks rejected at intake, counted by status and stop reason, and
+// listed: the runs still going, oldest update first (where one that is
+// stuck shows), then the finished runs and rejected tasks, newest first.
 func runRunsList(ctx context.Context, e env, args []string) int {
 	fs := flag.NewFlagSet("loopgate runs", flag.ContinueOnError)
 	var (
 		natsURL = fs.String("nats", defaultNATS, "NATS URL of a running loopgate")
 		tenant  = fs.String("tenant", "", "only this tenant's runs (default: every tenant)")
-		status  = fs.String("status", "", "only runs in this status: running, parked or finished")
+		status  = fs.String("status", "", "only runs in this status: running, parked, finished, or rejected (tasks rejected at intake, with the reason)")
 		reason  = fs.String("reason", "", "only finished runs that stopped for this reason (done, max_steps, …)")
 		limit   = fs.Int("limit", 50, "list at most this many runs (0: all); the counts cover every run")
 		asJSON  = fs.Bool("json", false, "print the records as JSON lines (every run that matches, no limit)")
@@ -49,9 +49,9 @@ func runRunsList(ctx context.Context, e env, args []string) int {
 		return fail(e, "runs: --tenant %q is not a valid subject token", *tenant)
 	}
 	switch *status {
-	case "", journal.RunRunning, journal.RunParked, journal.RunFinished:
+	case "", journal.RunRunning, journal.RunParked, journal.RunFinished, statusRejected:
 	default:
-		return fail(e, "runs: --status %q: want running, parked or finished", *status)
+		return fail(e, "runs: --status %q: want running, parked, finished or rejected", *status)
 	}
 	if *reason != "" && !events.Reason(*reason).Valid() {
 		return fail(e, "runs: --reason %q is not a stop reason %v", *reason, events.Reasons())
@@ -80,6 +80,11 @@ func runRunsList(ctx context.Context, e env, args []string) int {
 		// Listed as its record says; the operator learns which run to audit.
 		fmt.Fprintf(e.stderr, "loopgate: runs: %v (listed as its record says)\n", err)
 	}
+	rejected, err := rejectedTasks(ctx, j, *tenant, runs)
+	if err != nil {
+		return fail(e, "runs: %v", cmp.Or(refusal(nc, err), err))
+	}
+	runs = append(runs, rejected...)
 	runs = slices.DeleteFunc(runs, func(r listedRun) bool {
 		return (*status != "" && r.Status != *status) || (*reason != "" && r.Reason != *reason)
 	})
@@ -104,6 +109,43 @@ type listedRun struct {
 	// (kill -9) loses the updates it had not yet written, up to a quarter
 	// second's worth.
 	Projected string `json:"projected_status,omitempty"`
+	// Rejection is why a task of status statusRejected was rejected: the
+	// field at fault and the reason, as its rejected event says.
+	Rejection string `json:"rejection,omitempty"`
+}
+
+// statusRejected is the status loopgate runs gives a task rejected at
+// intake. Such a task never became a run: the projection has no record of
+// it, and its rejected event, the only event under its run id (the task's,
+// or one derived from the message when the task has no usable task id),
+// is all there is.
+const statusRejected = "rejected"
+
+// rejectedTasks reads the rejected events of tenant (every tenant if
+// empty) and returns them as listed tasks of status statusRejected,
+// leaving out any run listed already.
+func rejectedTasks(ctx context.Context, j *journal.Journal, tenant string, listed []listedRun) ([]listedRun, error) {
+	evs, err := j.Replay(ctx, events.EventSubject(cmp.Or(tenant, "*"), "*", events.TypeRejected))
+	if err != nil {
+		return nil, err
+	}
+	seen := make(map[string]bool, len(listed))
+	for _, r := range listed {
+		seen[r.RunID] = true
+	}
+	var out []listedRun
+	for _, ev := range evs {
+		if seen[ev.RunID] {
+			continue
+		}
+		var d events.RejectedData
+		_ = ev.Decode(&d) // a rejection that does not decode is listed without its reason
+		out = append(out, listedRun{
+			RunRecord: journal.RunRecord{RunID: ev.RunID, Tenant: ev.Tenant, TaskID: d.TaskID, Status: statusRejected, LastSeq: ev.Seq, Updated: ev.Time},
+			Rejection: cmp.Or(d.Field, "(message)") + ": " + d.Reason,
+		})
+	}
+	return out, nil
 }
 
 // checkWithEvents reads the last event of each run the projection does
@@ -200,10 +242,11 @@ func statusFolded(ctx context.Context, j *journal.Journal, tenant, runID string)
 }
 
 // sortRuns puts the runs still going first, oldest update first, then the
-// finished ones, newest first.
+// finished runs and rejected tasks, newest first.
 func sortRuns(runs []listedRun) {
+	ended := func(r listedRun) bool { return r.Status == journal.RunFinished || r.Status == statusRejected }
 	slices.SortStableFunc(runs, func(a, b listedRun) int {
-		af, bf := a.Status == journal.RunFinished, b.Status == journal.RunFinished
+		af, bf := ended(a), ended(b)
 		switch {
 		case af != bf:
 			if af {
@@ -271,7 +314,11 @@ func printRuns(w io.Writer, recs []listedRun, scope string, limit int, now time.
 		if r.Projected != "" {
 			status += "*"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s ago\n", r.RunID, r.Tenant, r.Agent, status, cmp.Or(r.Reason, "-"), r.LastSeq, now.Sub(r.Updated).Round(time.Second))
+		reason := cmp.Or(r.Reason, "-")
+		if r.Status == statusRejected {
+			reason = string(compact([]byte(printable(r.Rejection)), 80))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s ago\n", r.RunID, r.Tenant, cmp.Or(r.Agent, "-"), status, reason, r.LastSeq, now.Sub(r.Updated).Round(time.Second))
 	}
 	tw.Flush()
 	if more := len(recs) - len(shown); more > 0 {
@@ -295,4 +342,7 @@ func printRuns(w io.Writer, recs []listedRun, scope string, limit int, now time.
 		fmt.Fprintf(w, "\n* %s: the projection's record is behind the run's events (a record not written yet, or a worker stopped before writing it: the next worker to take the run writes it); shown as the events say.\n", which)
 	}
 	fmt.Fprintln(w, "\nFrom the loopgate_runs projection; each run not finished there is checked against its last event. loopgate audit RUN replays a run's events.")
+	if byStatus[statusRejected] > 0 {
+		fmt.Fprintln(w, "Rejected tasks never became runs: they are read from their rejected events (the reason is the field at fault and why).")
+	}
 }

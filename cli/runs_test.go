@@ -175,3 +175,51 @@ func TestRunsFootnoteSaysHowManyOfTheStaleRunsAreListed(t *testing.T) {
 		}
 	}
 }
+
+// A task rejected at intake never becomes a run, so the projection has no
+// record of it: loopgate runs lists it from its rejected event, with the
+// reason, and --status rejected lists only such tasks.
+func TestRunsListsRejectedTasksWithTheirReason(t *testing.T) {
+	t.Parallel()
+	srv := startServe(t, t.TempDir())
+	if code, out, stderr := run(t, "", "submit", "--nats", srv.url, "--task-id", "rej-1", "--agent", "no-such-agent", "--timeout", "30s"); code != exitRejected {
+		t.Fatalf("submit to an unknown agent: exit %d, want %d\n%s%s", code, exitRejected, out, stderr)
+	}
+	if code, out, stderr := run(t, "", "submit", "--nats", srv.url, "--task-id", "ok-1", "--agent", "dry-run-assistant", "--dry-run", "--timeout", "30s"); code != exitOK {
+		t.Fatalf("submit a dry run: exit %d\n%s%s", code, out, stderr)
+	}
+	rejected := events.RunID("cityops", "rej-1")
+
+	// The dry run's record trails its events by up to a quarter second.
+	var out string
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		var code int
+		code, out, _ = run(t, "", "runs", "--nats", srv.url)
+		if code != exitOK {
+			t.Fatalf("runs: exit %d\n%s", code, out)
+		}
+		if strings.Contains(out, "finished 1") || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	for _, want := range []string{"2 runs (any tenant): finished 1 (done 1), rejected 1", rejected, "rejected  /agent: ", "Rejected tasks never became runs"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("runs lacks %q:\n%s", want, out)
+		}
+	}
+
+	code, out, stderr := run(t, "", "runs", "--nats", srv.url, "--status", "rejected", "--json")
+	var r listedRun
+	if err := json.Unmarshal([]byte(out), &r); code != exitOK || err != nil || strings.Count(out, "\n") != 1 ||
+		r.RunID != rejected || r.TaskID != "rej-1" || r.Status != "rejected" || !strings.HasPrefix(r.Rejection, "/agent: ") || !strings.Contains(r.Rejection, "no-such-agent") {
+		t.Errorf("runs --status rejected --json: exit %d, %+v (%v), want the rejected task alone, with its reason\n%s%s", code, r, err, out, stderr)
+	}
+	if code, out, _ := run(t, "", "runs", "--nats", srv.url, "--status", "rejected", "--tenant", "other"); code != exitOK || !strings.Contains(out, "no runs (tenant other, status rejected)") {
+		t.Errorf("runs --status rejected --tenant other: exit %d\n%s", code, out)
+	}
+	if code, out, _ := run(t, "", "runs", "--nats", srv.url, "--status", "finished"); code != exitOK || strings.Contains(out, rejected) {
+		t.Errorf("runs --status finished lists the rejected task: exit %d\n%s", code, out)
+	}
+}
