@@ -144,7 +144,7 @@ func TestPendingShowsAParkedCallWithItsExactAction(t *testing.T) {
 		"principal  dev@cityops",
 		"why        draft_escalation is a write tool: a human must approve these exact arguments",
 		"expires    in ", // approval_ttl: 1h
-		"loopgate approve " + runID + " s3c1 --as <approver> [--key FILE] --nats " + srv.url,
+		"loopgate approve " + runID + " s3c1 --as <approver> --key FILE --nats " + srv.url + "   " + keyNote + decideHintDeny,
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("pending output lacks %q:\n%s", want, out)
@@ -241,7 +241,7 @@ func TestApproveResumesTheRunAndTheDraftIsWrittenOnce(t *testing.T) {
 		"executed           s3c1   draft_escalation ok",
 		// The run goes on to the next draft and parks again.
 		"approval_requested s4c1",
-		"waiting for approval: loopgate approve " + runID + " s4c1 --as <approver> [--key FILE]",
+		"waiting for approval: loopgate approve " + runID + " s4c1 --as <approver> --key FILE --nats " + srv.url + "   " + keyNote + "\n",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("approve output lacks %q:\n%s", want, out)

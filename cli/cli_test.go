@@ -474,7 +474,7 @@ func TestSubmitFollowsTheRunAndExitsByItsEnd(t *testing.T) {
 	}{
 		{"done", []string{"--task-id", "s-1"}, exitOK, []string{
 			"answer: Three open sanitation complaints",
-			"waiting for approval: loopgate approve " + events.RunID("cityops", "s-1") + " s3c1 --as <approver> [--key FILE] --nats " + srv.url,
+			"waiting for approval: loopgate approve " + events.RunID("cityops", "s-1") + " s3c1 --as <approver> --key FILE --nats " + srv.url + "   (--key FILE: required when the policy requires signatures; the CityOps example's keys are in examples/cityops/keys/)\n",
 			"APPROVED by supervisor@cityops",
 		}},
 		{"stopped", []string{"--task-id", "s-2", "--agent", "runaway-assistant"}, exitStopped, []string{"finished: max_steps"}},

@@ -93,13 +93,21 @@ func natsFlag(natsURL string) string {
 }
 
 // decideHint is the command that answers q. The client cannot see the
-// workers' policy, so --key (the approver's seed file, required when the
-// policy requires signatures, as the CityOps example does) is shown as an
-// option.
+// workers' policy, so the hint says that --key (the approver's seed file)
+// is required when the policy requires signatures, and where the CityOps
+// example's keys are. Its last part is the deny alternative
+// (decideHintDeny) for an approval.
 func decideHint(q question, natsURL string) string {
 	nats := natsFlag(natsURL)
 	if q.Kind == approvals.KindNeedsHuman {
-		return fmt.Sprintf("loopgate approve %s %s --as <approver> [--key FILE] --decision mark_done|retry|abandon%s", q.RunID, q.CallID, nats)
+		return fmt.Sprintf("loopgate approve %s %s --as <approver> --key FILE --decision mark_done|retry|abandon%s   %s", q.RunID, q.CallID, nats, keyNote)
 	}
-	return fmt.Sprintf("loopgate approve %s %s --as <approver> [--key FILE]%s   (or: loopgate deny … --as <approver> --reason R)", q.RunID, q.CallID, nats)
+	return fmt.Sprintf("loopgate approve %s %s --as <approver> --key FILE%s   %s%s", q.RunID, q.CallID, nats, keyNote, decideHintDeny)
 }
+
+// keyNote says when decideHint's --key is required, and where the CityOps
+// example's keys are.
+const keyNote = "(--key FILE: required when the policy requires signatures; the CityOps example's keys are in examples/cityops/keys/)"
+
+// decideHintDeny ends decideHint's hint for an approval.
+const decideHintDeny = "   (or: loopgate deny … --as <approver> --reason R)"
