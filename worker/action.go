@@ -30,7 +30,7 @@ func (a action) String() string { return actionNames[a] }
 // nextAction is the write path's state machine for one call.
 //
 // tainted says the run's context holds flagged or untrusted tool output
-// (run.writesGated): then every write is gated, whatever its manifest says.
+// (run.writeGated): then every write is gated, whatever its manifest says.
 func nextAction(c *events.CallState, m tools.Manifest, dryRun, tainted bool) action {
 	if c.Validated == nil || c.Validated.Status != events.ValidOK || c.Denied != nil {
 		return actObserve

@@ -151,6 +151,15 @@ func (r *run) writesGated() bool {
 	return ok
 }
 
+// writeGated reports whether call c, if it is a write, needs a human's
+// approval whatever its manifest says: writesGated, or c was asked about
+// already. Once asked, the answer decides, even where the manifests no
+// longer gate the call (a config that dropped the untrusted_output that
+// gated it): a denied call never runs.
+func (r *run) writeGated(c *events.CallState) bool {
+	return c.Request != nil || r.writesGated()
+}
+
 // untrustedRead returns the run's first observation of the output of a tool
 // whose manifest declares untrusted_output (events.Output says which
 // observations hold a tool's output) made at a step before the current

@@ -636,7 +636,7 @@ func (r *run) remember(ctx context.Context, final *events.FinalAnswer) {
 	// What a tainted run's tools said, and what it answered after reading
 	// them, may be the injected text: it taints the session's next reader.
 	// Its question came from the task, not from a tool.
-	tainted := len(r.st.Tainted) > 0
+	tainted := r.taintsSession()
 	turns := []events.SessionTurn{{RunID: r.st.RunID, Role: "user", Text: input}}
 	for _, t := range r.st.History {
 		if t.Role == events.RoleObservation && t.CallID != "" {
