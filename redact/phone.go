@@ -69,7 +69,7 @@ const (
 	maxWindow      = 7
 	minPhoneDigits = 8
 	maxPhoneDigits = 17 // 15 for E.164, and a 00 prefix
-	maxGroups      = 16 // a chain with more is no phone number; the rest of it is skipped
+	maxGroups      = 16 // a chain with more does not count
 )
 
 // chain is one chain of a run, as byte offsets into the text.
@@ -84,11 +84,11 @@ type chain struct {
 }
 
 // nextRun returns the next run of s at or after from, its chains in buf
-// (grown if need be), and where to look for the one after; dated when
-// the run holds a date, a chain that is one or three chains of one group
-// each that make one ("2026 11 02"), unless the run begins with '+'.
-// Such a run is a timestamp or an id, not a phone number. No run left: a
-// nil run and len(s).
+// (grown if need be), and where to look for the one after. dated reports
+// whether the run holds a date: a chain that is one ("2026-11-02"), or,
+// unless the run begins with '+', three chains of one group each that
+// make one ("2026 11 02"). Such a run is a timestamp or an id, not a
+// phone number. No run left: a nil run and len(s).
 func nextRun[S ~string | ~[]byte](s S, from int, buf []chain) (run []chain, next int, dated bool) {
 	run = buf[:0]
 	i := from
