@@ -251,9 +251,8 @@ type Role struct {
 	Args map[string]map[string][]json.RawMessage `json:"args,omitempty"`
 }
 
-// OnOff is a setting written auto, on or off. YAML 1.1, which the loader
-// reads, takes an unquoted on or off for a boolean, so true and false are
-// read as "on" and "off": the file means what it says either way.
+// OnOff is a setting written auto, on or off. true and false are read as
+// "on" and "off", so a file that writes a boolean means what it says.
 type OnOff string
 
 // UnmarshalJSON accepts a string or a boolean.
