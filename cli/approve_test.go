@@ -374,7 +374,7 @@ func TestAuditCountsParkedTimeApartFromActiveTime(t *testing.T) {
 	summarize(&out, evs, t0.Add(time.Hour))
 	for _, want := range []string{
 		"s1c1   draft_escalation   rejected not_authorized (approve by intern); APPROVED by boss after 29.9s",
-		"time: active 500ms (what the budgets count), parked 29.8s waiting for humans (1 parks)",
+		"time: active 500ms (what the budgets count), parked 29.8s waiting for humans (1 park)",
 	} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("summary lacks %q:\n%s", want, out.String())

@@ -264,7 +264,7 @@ func summarize(w io.Writer, evs []events.Event, now time.Time) {
 		}
 	}
 	if len(calls) > 0 {
-		fmt.Fprintf(w, "\napprovals (%d gated calls):\n", len(calls))
+		fmt.Fprintf(w, "\napprovals (%s):\n", plural(len(calls), "gated call"))
 		awaiting := lastAwaiting(evs)
 		for _, g := range calls {
 			switch {
@@ -276,8 +276,8 @@ func summarize(w io.Writer, evs []events.Event, now time.Time) {
 			fmt.Fprintf(w, "  %-6s %-18s %s\n", g.callID, g.tool, strings.Join(g.story, "; "))
 		}
 	}
-	fmt.Fprintf(w, "\ntime: active %s (what the budgets count), parked %s waiting for humans (%d parks)\n",
-		active.Round(time.Millisecond), parked.Round(time.Millisecond), parks)
+	fmt.Fprintf(w, "\ntime: active %s (what the budgets count), parked %s waiting for humans (%s)\n",
+		active.Round(time.Millisecond), parked.Round(time.Millisecond), plural(parks, "park"))
 	if isParked && !finished {
 		fmt.Fprintf(w, "      parked now, since %s (%s so far), awaiting %s\n", parkedSince.Format("15:04:05"),
 			now.Sub(parkedSince).Round(time.Second), strings.Join(lastAwaiting(evs), ", "))

@@ -93,8 +93,8 @@ func (t *timeline) detail(e events.Event) string {
 			if d.Task.DryRun {
 				dry = " DRY RUN"
 			}
-			return fmt.Sprintf("agent %s for %s%s; tools %s; max %d steps, %d tool calls, %s",
-				d.Profile, d.Task.Principal.ID, dry, strings.Join(d.Tools, ","), d.Limits.MaxSteps, d.Limits.MaxToolCalls, d.Limits.MaxActive.D())
+			return fmt.Sprintf("agent %s for %s%s; tools %s; max %s, %s, %s",
+				d.Profile, d.Task.Principal.ID, dry, strings.Join(d.Tools, ","), plural(d.Limits.MaxSteps, "step"), plural(d.Limits.MaxToolCalls, "tool call"), d.Limits.MaxActive.D())
 		}
 	case events.TypeProposed:
 		var d events.ProposedData
@@ -211,6 +211,10 @@ func (t *timeline) detail(e events.Event) string {
 				return fmt.Sprintf("%s: %s could not tell (attempt %d): %s", e.Tool, d.Via, d.Attempt, printable(d.Error))
 			case d.Applied:
 				return fmt.Sprintf("%s APPLIED, says %s (attempt %d took effect)", e.Tool, d.Via, d.Attempt)
+			case d.Fenced:
+				return fmt.Sprintf("%s NOT APPLIED, FENCED, says %s (attempt %d can no longer take effect: a new attempt is safe)", e.Tool, d.Via, d.Attempt)
+			case d.Why != "":
+				return fmt.Sprintf("%s NOT APPLIED, says %s (attempt %d): %s", e.Tool, d.Via, d.Attempt, printable(d.Why))
 			default:
 				return fmt.Sprintf("%s NOT APPLIED, says %s (attempt %d did not take effect)", e.Tool, d.Via, d.Attempt)
 			}
@@ -223,7 +227,7 @@ func (t *timeline) detail(e events.Event) string {
 	case events.TypeFinished:
 		var d events.FinishedData
 		if e.Decode(&d) == nil {
-			s := fmt.Sprintf("%s after %d steps, %d tool calls, %dms active", strings.ToUpper(string(d.Reason)), d.Totals.Steps, d.Totals.ToolCalls, d.Totals.ActiveMS)
+			s := fmt.Sprintf("%s after %s, %s, %dms active", strings.ToUpper(string(d.Reason)), plural(d.Totals.Steps, "step"), plural(d.Totals.ToolCalls, "tool call"), d.Totals.ActiveMS)
 			if d.Detail != "" {
 				s += " — " + d.Detail
 			}
