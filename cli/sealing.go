@@ -44,14 +44,7 @@ func sealingKey(cfg *config.Config) (*seal.LocalKey, error) {
 		}
 		return seal.NewLocalKey(k)
 	}
-	if text := os.Getenv(seal.EnvKey); text != "" {
-		k, err := seal.ParseKey([]byte(text))
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", seal.EnvKey, err)
-		}
-		return seal.NewLocalKey(k)
-	}
-	return nil, nil
+	return seal.KeyFromEnv()
 }
 
 // needsSealing returns the first profile (by name) offering a tool whose
@@ -136,14 +129,7 @@ func readSealKey(path string) (*seal.LocalKey, error) {
 	if path != "" {
 		return seal.LoadKeyFile(path)
 	}
-	if text := os.Getenv(seal.EnvKey); text != "" {
-		k, err := seal.ParseKey([]byte(text))
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", seal.EnvKey, err)
-		}
-		return seal.NewLocalKey(k)
-	}
-	return nil, nil
+	return seal.KeyFromEnv()
 }
 
 // unseal shows q's real arguments when its call's arguments were sealed

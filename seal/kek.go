@@ -142,3 +142,17 @@ func openBytes(aead cipher.AEAD, box, aad []byte) ([]byte, error) {
 	}
 	return out, nil
 }
+
+// KeyFromEnv reads a LocalKey from the LOOPGATE_SEAL_KEY environment
+// variable (see ParseKey); nil, nil when it is unset or empty.
+func KeyFromEnv() (*LocalKey, error) {
+	text := os.Getenv(EnvKey)
+	if text == "" {
+		return nil, nil
+	}
+	k, err := ParseKey([]byte(text))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", EnvKey, err)
+	}
+	return NewLocalKey(k)
+}
