@@ -19,7 +19,7 @@ type bundle struct {
 	kr  *seal.Keyring
 }
 
-func setup(t *testing.T) bundle {
+func setup(t testing.TB) bundle {
 	t.Helper()
 	env := natstest.Start(t)
 	kv, err := env.JS.KeyValue(t.Context(), journal.BucketKeys)
@@ -194,3 +194,5 @@ func TestParseKey(t *testing.T) {
 		}
 	}
 }
+
+func benchKeyring(b *testing.B) *seal.Keyring { return setup(b).kr }
