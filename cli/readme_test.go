@@ -8,11 +8,11 @@ import (
 	"testing"
 )
 
-// Every flag of every command is named in the README (`--flag`), where
+// Every flag of every command is named in docs/cli.md (`--flag`), where
 // operators look them up: `loopgate <command> -h` lists them, and a flag
 // added without a word there fails here.
-func TestTheREADMENamesEveryFlag(t *testing.T) {
-	readme, err := os.ReadFile("../README.md")
+func TestTheDocsNameEveryFlag(t *testing.T) {
+	readme, err := os.ReadFile("../docs/cli.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,7 +31,7 @@ func TestTheREADMENamesEveryFlag(t *testing.T) {
 		}
 		for _, f := range flags {
 			if !bytes.Contains(readme, []byte("--"+f[1])) {
-				t.Errorf("loopgate %s --%s is not in the README", c.name, f[1])
+				t.Errorf("loopgate %s --%s is not in docs/cli.md", c.name, f[1])
 			}
 		}
 	}

@@ -12,34 +12,35 @@ import (
 	"github.com/loopgate/loopgate/events"
 )
 
-// readmeYAML returns the first ```yaml block of the README that follows
-// the line heading (a Markdown heading, matched whole).
-func readmeYAML(t *testing.T, heading string) string {
+// docYAML returns the first ```yaml block of file (a path from the
+// repository root) that follows the line heading (a Markdown heading,
+// matched whole).
+func docYAML(t *testing.T, file, heading string) string {
 	t.Helper()
-	readme, err := os.ReadFile("../README.md")
+	raw, err := os.ReadFile(filepath.Join("..", file))
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := string(readme)
+	s := "\n" + string(raw)
 	i := strings.Index(s, "\n"+heading+"\n")
 	if i < 0 {
-		t.Fatalf("README has no heading %q", heading)
+		t.Fatalf("%s has no heading %q", file, heading)
 	}
 	s = s[i:]
 	j := strings.Index(s, "\n```yaml\n")
 	if j < 0 {
-		t.Fatalf("README has no yaml block after %q", heading)
+		t.Fatalf("%s has no yaml block after %q", file, heading)
 	}
 	s = s[j+len("\n```yaml\n"):]
 	k := strings.Index(s, "\n```")
 	if k < 0 {
-		t.Fatalf("README's yaml block after %q does not end", heading)
+		t.Fatalf("%s's yaml block after %q does not end", file, heading)
 	}
 	return s[:k+1]
 }
 
 // exampleDir makes a directory holding the CityOps example's schemas and
-// scripts, so that a README snippet's relative paths
+// scripts, so that a docs snippet's relative paths
 // (schemas/lookup_complaints.schema.json, scripts/happy.json) resolve as
 // they do beside examples/cityops/loopgate.yaml.
 func exampleDir(t *testing.T) string {
@@ -67,32 +68,30 @@ func exampleDir(t *testing.T) string {
 	return dir
 }
 
-// The README's Configuration section shows a whole file (it starts with
-// `version: 1`) as the example of the format; an operator who copies it
-// beside the CityOps schemas and scripts must get a config that loads. It
-// used to name get_procedure, draft_escalation and slow_lookup in the
-// agent's tools and the policy without their manifests, and the loader
-// refused every one of them.
-func TestREADMEConfigurationExampleLoads(t *testing.T) {
+// docs/configuration.md shows a whole file (it starts with `version: 1`)
+// as the example of the format; an operator who copies it beside the
+// CityOps schemas and scripts must get a config that loads, every tool the
+// agent and the policy name having its manifest.
+func TestDocsConfigurationExampleLoads(t *testing.T) {
 	t.Parallel()
 	dir := exampleDir(t)
 	path := filepath.Join(dir, "loopgate.yaml")
-	if err := os.WriteFile(path, []byte(readmeYAML(t, "## Configuration")), 0o644); err != nil {
+	if err := os.WriteFile(path, []byte(docYAML(t, "docs/configuration.md", "# Configuration")), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := loadConfig(path); err != nil {
-		t.Errorf("the README's Configuration example does not load:\n%v", err)
+		t.Errorf("docs/configuration.md's example does not load:\n%v", err)
 	}
 }
 
-// The README's Remote tools section shows the manifest of a tool served
+// docs/tools.md's Remote tools section shows the manifest of a tool served
 // over NATS. Put in a file with an agent and a policy around it, it must
-// load; it used to lack `description`, which the Every key table marks
-// required (`/tools/0/description: is required`).
-func TestREADMERemoteToolManifestLoads(t *testing.T) {
+// load, `description` included, which the Every key table marks required
+// (`/tools/0/description: is required`).
+func TestDocsRemoteToolManifestLoads(t *testing.T) {
 	t.Parallel()
 	dir := exampleDir(t)
-	doc := "version: 1\n" + readmeYAML(t, "## Remote tools") + `agents:
+	doc := "version: 1\n" + docYAML(t, "docs/tools.md", "## Remote tools") + `agents:
   remote-assistant:
     model: {provider: scripted, script: scripts/happy.json}
     tools: [lookup_complaints]
@@ -106,7 +105,7 @@ policy:
 		t.Fatal(err)
 	}
 	if _, err := loadConfig(path); err != nil {
-		t.Errorf("the README's remote tool manifest does not load:\n%v\n%s", err, doc)
+		t.Errorf("docs/tools.md's remote tool manifest does not load:\n%v\n%s", err, doc)
 	}
 }
 
@@ -150,7 +149,7 @@ func TestDemoReplayHintNamesDataThatStillExists(t *testing.T) {
 	}
 }
 
-// The README (`loopgate audit`): the timeline "ends with every gated
+// docs/cli.md (`loopgate audit`): the timeline "ends with every gated
 // call's story and where the run's time went". Without --follow it does;
 // with --follow, on the same finished run, the `time:` line (and the
 // approvals summary) used to be missing.
@@ -181,12 +180,12 @@ func TestAuditFollowEndsWithWhereTheTimeWent(t *testing.T) {
 	}
 }
 
-// The README (NATS accounts): "A refused operation is never answered, so
+// docs/operations.md (NATS accounts): "A refused operation is never answered, so
 // it would surface as a timeout; loopgate names the refusal instead (…
 // refused this user: Permissions Violation for Publish to "$JS.API.…")".
 // runs and the journal's open do; pending (as the auditor, who may not
 // read loopgate_approvals) and audit without --tenant (as the approver,
-// who may not get events by sequence, as the README says) used to end
+// who may not get events by sequence, as docs/operations.md says) used to end
 // with a bare "context deadline exceeded".
 //
 // Not parallel: the client commands authenticate from the environment.

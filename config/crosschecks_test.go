@@ -146,11 +146,11 @@ func TestServerValuesStartupRefusesAreRejectedByTheLoader(t *testing.T) {
 	}
 }
 
-// The README lists group_commit's values as auto, on, off; written the way
-// the README writes them (unquoted), they load as on and off. The loader
+// docs/configuration.md lists group_commit's values as auto, on, off;
+// written the way it writes them (unquoted), they load as on and off. The loader
 // once read YAML 1.1, which takes on/off for booleans, and answered
 // "/server/group_commit: must be one of: auto, on, off".
-func TestGroupCommitOnOffAsTheREADMEWritesThem(t *testing.T) {
+func TestGroupCommitOnOffAsTheDocsWriteThem(t *testing.T) {
 	t.Parallel()
 	for _, v := range []string{"on", "off"} {
 		c, err := config.Load(files(validYAML+"server:\n  group_commit: "+v+"\n"), "loopgate.yaml")

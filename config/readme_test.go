@@ -10,20 +10,18 @@ import (
 	"github.com/loopgate/loopgate/schemas"
 )
 
-// The README's Configuration section is the operators' reference: every
-// key config.schema.json accepts is named there in backticks, alone
+// docs/configuration.md is the operators' reference: every key
+// config.schema.json accepts is named there in backticks, alone
 // (`max_steps`) or as the last part of a path (`server.ack_wait`). A key
-// added to the schema without a word for operators fails here; three
-// (server.ack_wait, approval_ttl, policy.allow_self_approval) were
-// nowhere in the README until December 2026.
-func TestTheREADMENamesEveryConfigKey(t *testing.T) {
-	readme, err := os.ReadFile("../README.md")
+// added to the schema without a word for operators fails here.
+func TestTheDocsNameEveryConfigKey(t *testing.T) {
+	page, err := os.ReadFile("../docs/configuration.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	section, ok := between(string(readme), "\n## Configuration\n", "\n## Remote tools\n")
+	section, ok := between(string(page), "# Configuration\n", "")
 	if !ok {
-		t.Fatal("README.md has no Configuration section followed by Remote tools")
+		t.Fatal("docs/configuration.md does not start with \"# Configuration\"")
 	}
 	raw, err := schemas.Bytes("config")
 	if err != nil {
@@ -78,16 +76,20 @@ func TestTheREADMENamesEveryConfigKey(t *testing.T) {
 	for name, path := range keys {
 		named := regexp.MustCompile("`(?:[^`\\s]*[.])?" + regexp.QuoteMeta(name) + "(?:\\[\\])?(?:[.][^`\\s]*)?`")
 		if !named.MatchString(section) {
-			t.Errorf("the README's Configuration section does not name %s (`%s`)", path, name)
+			t.Errorf("docs/configuration.md does not name %s (`%s`)", path, name)
 		}
 	}
 }
 
-// between returns the text of s from after start to before end.
+// between returns the text of s from after start to before end (to the
+// end of s when end is "").
 func between(s, start, end string) (string, bool) {
 	_, rest, ok := strings.Cut(s, start)
 	if !ok {
 		return "", false
+	}
+	if end == "" {
+		return rest, true
 	}
 	in, _, ok := strings.Cut(rest, end)
 	return in, ok
