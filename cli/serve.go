@@ -34,6 +34,9 @@ type serveFlags struct {
 	replicas     int
 	groupCommit  string
 	ackWait      time.Duration
+	// metricsListen is where /metrics, /healthz and /readyz are served;
+	// empty: nowhere.
+	metricsListen string
 	// set holds the flags given on the command line: they override the
 	// config file's server section even when zero or empty, so that
 	// --workers 0 is refused rather than read as "not given".
@@ -54,6 +57,7 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.replicas, "replicas", 0, "replicas of the streams and KV buckets loopgate creates (default 1; existing ones are never lowered)")
 	fs.StringVar(&f.groupCommit, "group-commit", "", "appends of different runs waiting at once share atomic batches: auto (default: on with the embedded server at sync-interval always and one replica), on or off")
 	fs.DurationVar(&f.ackWait, "ack-wait", 0, "how long a worker may hold a work message without a heartbeat (default 30s)")
+	fs.StringVar(&f.metricsListen, "metrics-listen", "", "serve /metrics (Prometheus), /healthz and /readyz on this address, e.g. 127.0.0.1:9464 (default: none)")
 }
 
 // parse parses serve's or worker's arguments into f and records which
@@ -230,6 +234,11 @@ func serve(ctx context.Context, e env, f serveFlags, workerOnly bool) int {
 			procs = []any{"gomaxprocs", n, "gomaxprocs_default", def}
 		}
 	}
+	ms, err := startMetrics(f.metricsListen, &o)
+	if err != nil {
+		return fail(e, "%v", err)
+	}
+	defer ms.close(context.Background())
 	s, err := startStack(ctx, o)
 	if err != nil && ctx.Err() != nil {
 		// Stopped (SIGTERM, SIGINT) while it waited for its servers: a
@@ -250,11 +259,13 @@ func serve(ctx context.Context, e env, f serveFlags, workerOnly bool) int {
 		attrs = append(attrs, "sync_interval", o.syncInterval)
 	}
 	attrs = append(attrs, "group_commit", o.groupCommit, "agents", len(cfg.Agents), "tools", len(cfg.Tools))
+	ms.serving(s)
 	log.InfoContext(ctx, "loopgate serving", append(attrs, procs...)...)
 	if !workerOnly {
 		fmt.Fprintf(e.stdout, "loopgate serving on %s (data %s, %s); tasks go to loopgate.tasks.<tenant>\n", where, o.dataDir, plural(o.workers, "worker"))
 	}
 	<-ctx.Done()
+	ms.draining()
 	log.Info("shutting down: finishing runs in progress")
 	if err := s.close(context.Background()); err != nil {
 		log.Warn("shutdown", "err", err)

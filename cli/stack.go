@@ -43,7 +43,8 @@ type stackOptions struct {
 	maxDeliver   int           // 0: journal's default
 	idemMaxAge   time.Duration // 0: journal's default
 	crash        func(point string)
-	workers      int // 0: no workers (a client-only stack)
+	metrics      worker.Metrics // nil: none
+	workers      int            // 0: no workers (a client-only stack)
 	log          *slog.Logger
 }
 
@@ -175,7 +176,7 @@ func startStack(ctx context.Context, o stackOptions) (_ *stack, err error) {
 			return nil, err
 		}
 	}
-	s.pool, err = worker.New(deps, &worker.Config{Workers: o.workers, Logger: o.log, Crash: o.crash,
+	s.pool, err = worker.New(deps, &worker.Config{Workers: o.workers, Logger: o.log, Crash: o.crash, Metrics: o.metrics,
 		// Batching a step's events pays on replicated streams only (one
 		// Raft proposal); on one server it costs more (docs/durability.md).
 		BatchEvents: o.replicas > 1,

@@ -434,7 +434,11 @@ func (p *Pool) decideArrivedInTime(ctx context.Context, tenant, runID, callID st
 // recordEntry appends the decision of a decided entry as the call's
 // approved event.
 func (r *run) recordEntry(ctx context.Context, c *events.CallState, e approvals.Entry) error {
-	return r.append(ctx, events.TypeApproved, e.Step, c.Call.ID, c.Call.Tool, approvedData(e))
+	err := r.append(ctx, events.TypeApproved, e.Step, c.Call.ID, c.Call.Tool, approvedData(e))
+	if err == nil {
+		r.p.metrics().ApprovalDecided(string(e.Decision), e.DecidedAt.Sub(e.RequestedAt))
+	}
+	return err
 }
 
 // approvedData is the approved event of a decided entry: whoever records

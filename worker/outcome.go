@@ -145,7 +145,12 @@ const maxOutageDelay = 10 * time.Second
 func (p *Pool) patiently(ctx context.Context, log *slog.Logger, what string, write func() error) (waited time.Duration, err error) {
 	delay := p.opts.RetryDelay
 	first := time.Now()
+	h := hold{p: p}
+	defer h.end()
 	for try := 1; ; try++ {
+		if try > 1 {
+			h.retry()
+		}
 		err := write()
 		if !outage(err) {
 			if try > 1 {
@@ -153,6 +158,7 @@ func (p *Pool) patiently(ctx context.Context, log *slog.Logger, what string, wri
 			}
 			return waited, err
 		}
+		h.failed()
 		log.WarnContext(ctx, "JetStream cannot store "+what+"; trying again", "try", try, "in", delay, "err", err)
 		werr := p.waitOutage(ctx, delay)
 		waited = time.Since(first)
@@ -170,12 +176,16 @@ func (p *Pool) patiently(ctx context.Context, log *slog.Logger, what string, wri
 // meanwhile; what names what could not be stored or read, for the log
 // (the cause says which).
 func (p *Pool) waitOutOutage(ctx context.Context, what, subject string, o outcome, reason string, try func() (outcome, string)) (outcome, string) {
+	h := hold{p: p}
+	defer h.end()
 	for delay := p.opts.RetryDelay; o == unavailable; delay = min(2*delay, maxOutageDelay) {
+		h.failed()
 		p.log.WarnContext(ctx, "JetStream cannot store or read "+what+"; keeping its message and trying again",
 			"subject", subject, "in", delay, "cause", reason)
 		if p.waitOutage(ctx, delay) != nil {
 			return stopping, reason
 		}
+		h.retry()
 		if o, reason = try(); o != unavailable {
 			p.recovery.tell() // JetStream answers again
 		}

@@ -367,13 +367,13 @@ func (p *Pool) stopPoisoned(ctx context.Context, subject string, data []byte, st
 		if errors.Is(err, journal.ErrConflict) {
 			return nil // the run has a trail now: another pool's rejection, or another copy's start
 		}
-		return err // nil only once the rejection is stored: the message may go
+		return p.poisonStopped(err) // nil only once the rejection is stored: the message may go
 	}
 	err = p.ender(st, last).finish(ctx, stop{events.ReasonError, detail}, nil)
 	if errors.Is(err, journal.ErrConflict) {
 		return nil // someone else recorded an end, or the run moved on
 	}
-	return err
+	return p.poisonStopped(err)
 }
 
 // idleOnAQuestion reports whether a run is parked with nothing for a work

@@ -73,6 +73,8 @@ type Config struct {
 	// Summarizer compacts session memory past its budget. Defaults to
 	// sessions.Clip (no model: the first words of each exchange).
 	Summarizer sessions.Summarizer
+	// Metrics is told what the pool does (see Metrics). Defaults to none.
+	Metrics Metrics
 	// Crash is the fault-injection hook: called at each named point of a
 	// run (before:<event type>, after:<event type>, before:load,
 	// before:claim, before:side_effect, after:side_effect,
@@ -170,6 +172,9 @@ type Pool struct {
 	// recovery tells the messages held through an outage that one of
 	// them got through.
 	recovery recovery
+	// holding counts the writes and messages held through an outage now
+	// (hold): while any is, the pool is not Ready.
+	holding atomic.Int64
 
 	mu           sync.Mutex
 	started      bool
@@ -454,6 +459,7 @@ func (p *Pool) take(taking context.Context, cons jetstream.Consumer) (jetstream.
 // handle works on one message and settles it. It never panics out: a
 // panic is logged and the message retried, never lost.
 func (p *Pool) handle(ctx context.Context, msg jetstream.Msg) {
+	p.redelivery(msg)
 	ctx, waits := withProjectionWaits(ctx)
 	hbCtx, stopHeartbeat := context.WithCancel(ctx)
 	defer stopHeartbeat()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/loopgate/loopgate/events"
 	"github.com/loopgate/loopgate/journal"
@@ -34,7 +35,13 @@ const maxMadeRoom = 8
 // in one Append or (atomic) one atomic batch, through storePatiently. When
 // it loses the race to approval records only, it makes room (makeRoom) and
 // appends what is left again; evs' seqs are then renumbered in place.
-func (r *run) store(ctx context.Context, evs []events.Event, atomic bool) (uint64, error) {
+func (r *run) store(ctx context.Context, evs []events.Event, atomic bool) (_ uint64, err error) {
+	began := time.Now()
+	defer func() {
+		if err == nil {
+			r.stored(evs, time.Since(began))
+		}
+	}()
 	pending := evs
 	for made := 0; ; made++ {
 		var last uint64
