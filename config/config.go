@@ -245,6 +245,9 @@ type Role struct {
 	Call []string `json:"call,omitempty"`
 	// Approve lists the tools whose calls the role may approve.
 	Approve []string `json:"approve,omitempty"`
+	// Cancel lists the agent profiles whose runs the role may cancel, or
+	// "*" for every agent's.
+	Cancel []string `json:"cancel,omitempty"`
 	// Args constrains, per tool and argument, the values this role may
 	// pass: a call is allowed through this role only if each constrained
 	// argument it sets holds one of the listed values.

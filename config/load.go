@@ -375,6 +375,11 @@ func (c *Config) validate() []events.FieldError {
 		for i, t := range r.Approve {
 			knownTool(fmt.Sprintf("%s/approve/%d", at, i), t)
 		}
+		for i, a := range r.Cancel {
+			if _, ok := c.Agents[a]; !ok && a != "*" {
+				bad(fmt.Sprintf("%s/cancel/%d", at, i), "unknown agent profile %q (or \"*\" for every agent)", a)
+			}
+		}
 		// A constraint on a tool or an argument that does not exist
 		// constrains nothing: a typo would let the role pass any value.
 		for _, tool := range sortedKeys(r.Args) {

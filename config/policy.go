@@ -40,3 +40,22 @@ func (c *Config) ApproverRoles(id string) ([]string, bool) {
 	a, ok := c.Policy.Approvers[id]
 	return a.Roles, ok
 }
+
+// MayCancel reports whether requester id may cancel a run of tenant whose
+// task is principal's and names agent: id is the task's principal, or a
+// configured approver who decides for tenant and holds a role listing the
+// agent (or "*") under cancel. The requester's roles come from the config,
+// never from the cancel message.
+func (c *Config) MayCancel(id, tenant, principal, agent string) bool {
+	if id != "" && id == principal {
+		return true
+	}
+	if !c.ApproverDecidesFor(id, tenant) {
+		return false
+	}
+	roles, _ := c.ApproverRoles(id)
+	return slices.ContainsFunc(roles, func(r string) bool {
+		cancel := c.Policy.Roles[r].Cancel
+		return slices.Contains(cancel, agent) || slices.Contains(cancel, "*")
+	})
+}

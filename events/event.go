@@ -27,6 +27,8 @@ const (
 	TypeParked            Type = "parked"             // the run holds no worker until woken (write path)
 	TypeApproved          Type = "approved"           // a decision on a gated call: approve, deny, expired, mark_done, retry, abandon
 	TypeApprovalRejected  Type = "approval_rejected"  // an approval message that decided nothing, and why
+	TypeCancelRequested   Type = "cancel_requested"   // an allowed cancel: the run stops at its next boundary (see CancelRequestedData)
+	TypeCancelRejected    Type = "cancel_rejected"    // a cancel message that stopped nothing, and why
 	TypeDiscarded         Type = "discarded"          // a model call paid for whose decision was not stored: another worker drove the run
 	TypeReconciled        Type = "reconciled"         // a reconcile tool's answer about an unknown outcome
 	TypeExecuting         Type = "executing"          // write-ahead: a tool is about to run
@@ -40,7 +42,8 @@ const (
 func Types() []Type {
 	return []Type{
 		TypeRejected, TypeSecurity, TypeStarted, TypeProposed, TypeValidated, TypeDenied,
-		TypeApprovalRequested, TypeParked, TypeApproved, TypeApprovalRejected, TypeDiscarded, TypeReconciled,
+		TypeApprovalRequested, TypeParked, TypeApproved, TypeApprovalRejected, TypeCancelRequested, TypeCancelRejected,
+		TypeDiscarded, TypeReconciled,
 		TypeExecuting, TypeExecuted, TypeObserved, TypeFinished,
 	}
 }
@@ -51,10 +54,15 @@ func (t Type) Known() bool { return slices.Contains(Types(), t) }
 // IsRecord reports whether t is a record rather than a step of the run:
 // an event that any worker may append, with its own clock, while another
 // drives the run, and that changes nothing the run decides on
-// (approval_rejected: an answer that decided nothing; discarded: a model
-// call lost to the run's driver, whose usage is charged). A record leaves
-// a parked run parked, and its time is no part of the run's.
-func (t Type) IsRecord() bool { return t == TypeApprovalRejected || t == TypeDiscarded }
+// (approval_rejected: an answer that decided nothing; cancel_rejected: a
+// cancel that stopped nothing; discarded: a model call lost to the run's
+// driver, whose usage is charged). A record leaves a parked run parked,
+// and its time is no part of the run's. cancel_requested is no record: it
+// changes what the run does next, so a driver that finds one appended
+// meanwhile reloads the run.
+func (t Type) IsRecord() bool {
+	return t == TypeApprovalRejected || t == TypeCancelRejected || t == TypeDiscarded
+}
 
 // Event is the envelope every event carries. Data holds the type-specific
 // payload (see the *Data types), already redacted.

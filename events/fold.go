@@ -131,8 +131,11 @@ type RunState struct {
 	Outputs []Output
 
 	Rejection *RejectedData
-	Finished  *FinishedData
-	History   []Turn
+	// Cancel is the run's first allowed cancel: once set, the run's next
+	// step is to finish cancelled.
+	Cancel   *CancelRequestedData
+	Finished *FinishedData
+	History  []Turn
 }
 
 // Output says where a run first observed what a tool returned: the
@@ -227,6 +230,14 @@ func (s *RunState) Apply(e *Event) error {
 			return err
 		}
 		s.Rejection = &d
+	case TypeCancelRequested:
+		var d CancelRequestedData
+		if err := e.Decode(&d); err != nil {
+			return err
+		}
+		if s.Cancel == nil {
+			s.Cancel = &d
+		}
 	case TypeStarted:
 		var d StartedData
 		if err := e.Decode(&d); err != nil {
@@ -413,9 +424,9 @@ func (s *RunState) Apply(e *Event) error {
 		if err := e.Decode(&d); err != nil {
 			return err
 		}
-	case TypeParked, TypeApprovalRejected:
+	case TypeParked, TypeApprovalRejected, TypeCancelRejected:
 		// Audit records: parked time is excluded from active time above;
-		// a rejected approval message changes nothing.
+		// a rejected approval or cancel message changes nothing.
 	default:
 		return fmt.Errorf("run %s: event %d has unknown type %q", e.RunID, e.Seq, e.Type)
 	}

@@ -31,6 +31,10 @@ const (
 	// its TTL does. Its subjects are what loopgate pending reads, so a
 	// listing costs what is pending, not every question ever asked.
 	StreamPending = "LOOPGATE_PENDING"
+	// StreamCancels keeps cancel messages as published:
+	// loopgate.cancel.<tenant>.<run_id>. A cancel sent while no worker
+	// runs waits here for the first that starts.
+	StreamCancels = "LOOPGATE_CANCELS"
 
 	// BucketApprovals holds approval state per <run_id>.<call_id>.
 	BucketApprovals = "loopgate_approvals"
@@ -57,6 +61,9 @@ const (
 	// ConsumerApprovals is the durable pull consumer on StreamApprovals
 	// through which workers decide approval messages, each once.
 	ConsumerApprovals = "loopgate-approvals"
+	// ConsumerCancels is the durable pull consumer on StreamCancels
+	// through which workers handle cancel messages, each once.
+	ConsumerCancels = "loopgate-cancels"
 )
 
 // SchedulesPrefix is where loopgate stores scheduled wake-ups in
@@ -247,6 +254,15 @@ func (l Layout) streams() []jetstream.StreamConfig {
 			Duplicates:  duplicateWindow,
 		},
 		{
+			Name:        StreamCancels,
+			Description: "loopgate cancel messages as published",
+			Subjects:    []string{events.CancelPrefix + ".*.*"},
+			Retention:   jetstream.LimitsPolicy,
+			Storage:     jetstream.FileStorage,
+			Replicas:    l.Replicas,
+			Duplicates:  duplicateWindow,
+		},
+		{
 			Name:              StreamPending,
 			Description:       "loopgate questions awaiting a human, for listing",
 			Subjects:          []string{events.PendingPrefix + ".*.*.*"},
@@ -327,6 +343,19 @@ func (l Layout) approvals() jetstream.ConsumerConfig {
 	}
 }
 
+func (l Layout) cancels() jetstream.ConsumerConfig {
+	return jetstream.ConsumerConfig{
+		Durable:       ConsumerCancels,
+		Description:   "loopgate workers handling cancel messages",
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       l.AckWait,
+		MaxDeliver:    l.MaxDeliver,
+		BackOff:       l.backOff(),
+		MaxAckPending: l.MaxAckPending,
+	}
+}
+
 // Ensure creates the streams, buckets and worker consumer of l, or updates
 // them to match l. It never lowers the replicas of a stream or bucket that
 // has more than l asks for: the one process started without --replicas in
@@ -359,6 +388,9 @@ func Ensure(ctx context.Context, js jetstream.JetStream, l Layout) error {
 	}
 	if _, err := js.CreateOrUpdateConsumer(ctx, StreamApprovals, l.approvals()); err != nil {
 		return fmt.Errorf("journal: ensure consumer %s on %s: %w", ConsumerApprovals, StreamApprovals, err)
+	}
+	if _, err := js.CreateOrUpdateConsumer(ctx, StreamCancels, l.cancels()); err != nil {
+		return fmt.Errorf("journal: ensure consumer %s on %s: %w", ConsumerCancels, StreamCancels, err)
 	}
 	return nil
 }

@@ -48,6 +48,8 @@ func TestSchemaMembersAreTheGoTypesFields(t *testing.T) {
 		{"task", []string{"limits"}, reflect.TypeFor[events.Limits]()},
 		{"approval", nil, reflect.TypeFor[approvals.Message]()},
 		{"approval", []string{"approver"}, reflect.TypeFor[approvals.Approver]()},
+		{"cancel", nil, reflect.TypeFor[events.CancelMessage]()},
+		{"cancel", []string{"requested_by"}, reflect.TypeFor[events.Requester]()},
 		{"decision", []string{"final_answer"}, reflect.TypeFor[events.FinalAnswer]()},
 	}
 	for _, c := range cases {

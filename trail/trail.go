@@ -125,10 +125,10 @@ func (c *Check) Add(e Stored) {
 		return // named above; counting it again would name it twice more
 	}
 	switch {
-	case c.end != "" && e.Type == events.TypeApprovalRejected:
-		// An answer that came after the run's end (a second approver, a
-		// double click, a replay) is recorded where its approver looks,
-		// and changes nothing.
+	case c.end != "" && (e.Type == events.TypeApprovalRejected || e.Type == events.TypeCancelRejected):
+		// An answer or a cancel that came after the run's end (a second
+		// approver, a double click, a replay) is recorded where its sender
+		// looks, and changes nothing.
 	case c.end != "":
 		c.bad("event %d (%s) follows the run's %s event", e.Seq, e.Type, c.end)
 	case c.n == 1 && e.Type != events.TypeStarted && e.Type != events.TypeRejected && e.Type != events.TypeSecurity:

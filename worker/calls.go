@@ -513,6 +513,8 @@ func (r *run) invoke(ctx context.Context, a *attempt) (events.ExecutedData, erro
 	}
 	cctx, cancel := context.WithDeadline(ctx, a.ex.Deadline)
 	defer cancel()
+	cctx, release := r.p.halts.bind(cctx, r.st.RunID) // a cancel handled in this process cancels the call
+	defer release()
 	call := tools.Call{
 		Tool:        a.c.Call.Tool,
 		OperationID: a.ex.OperationID,
@@ -529,6 +531,13 @@ func (r *run) invoke(ctx context.Context, a *attempt) (events.ExecutedData, erro
 		return out, ctx.Err()
 	}
 	switch {
+	case errors.Is(context.Cause(cctx), errRunCancelled) && err != nil:
+		// Its run was cancelled: the cancel_requested event stored
+		// first makes this outcome's append fail, so the trail shows
+		// the attempt begun and not ended, an unknown outcome.
+		out.Status, out.ErrorClass = events.ExecTimeout, "cancelled"
+		out.Message = "the run was cancelled while the call ran; the operation may have run"
+		return out, nil
 	case err == nil:
 		out.Status = events.ExecOK
 		out.Result, out.ResultBytes = r.recordable(result)

@@ -406,7 +406,7 @@ func trail(t testing.TB, evs []events.Event) []string {
 			s += ":" + string(status.Reason)
 		case events.TypeApproved:
 			s += ":" + status.Decision
-		case events.TypeApprovalRejected:
+		case events.TypeApprovalRejected, events.TypeCancelRejected:
 			s += ":" + status.Class
 		case events.TypeProposed:
 			var p events.ProposedData

@@ -172,6 +172,8 @@ type Pool struct {
 	// recovery tells the messages held through an outage that one of
 	// them got through.
 	recovery recovery
+	// halts cancels the tool calls in flight here of a run cancelled here.
+	halts halts
 	// holding counts the writes and messages held through an outage now
 	// (hold): while any is, the pool is not Ready.
 	holding atomic.Int64
@@ -295,6 +297,11 @@ func (p *Pool) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	ccons, err := p.openCancels(ctx)
+	if err != nil {
+		aiter.Stop() // Start may be tried again
+		return err
+	}
 	cons, err := p.js.Consumer(ctx, journal.StreamWork, journal.ConsumerWorkers)
 	if err != nil {
 		aiter.Stop() // Start may be tried again
@@ -329,6 +336,8 @@ func (p *Pool) Start(ctx context.Context) error {
 	// Approval messages are decided in as many lanes as there are workers,
 	// each run's in order in its lane (see consumeApprovals).
 	p.wg.Go(func() { p.consumeApprovals(runCtx, taking, feed, aiter, approvalsAckWait) })
+	// Cancel messages, one at a time (see consumeCancels).
+	p.wg.Go(func() { p.consumeCancels(runCtx, taking, ccons) })
 	p.wg.Go(func() { p.listUnlisted(runCtx) })
 	p.log.InfoContext(ctx, "workers started", "workers", p.opts.Workers)
 	return nil

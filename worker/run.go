@@ -243,6 +243,10 @@ func (r *run) drive(ctx context.Context) error {
 	for r.st.Finished == nil {
 		var err error
 		switch st := r.st; {
+		case st.Cancel != nil:
+			// A cancel, appended by whichever worker handled it: the
+			// boundary this run reached is where it stops.
+			err = r.finish(ctx, r.cancelledStop(), nil)
 		case st.CurrentStep > 0 && st.Current == nil && !st.DecisionObserved:
 			err = r.handleInvalidDecision(ctx)
 		case st.Current != nil && st.Current.Final != nil:
