@@ -73,6 +73,7 @@ type options struct {
 	// when zero), for tests of a JetStream that does not answer.
 	apiTimeout time.Duration
 	pricing    map[string]config.Price
+	metrics    worker.Metrics // every pool's Metrics (none when nil)
 
 	// cluster runs the test on three clustered servers (R3) instead of
 	// one; b.cluster can stop and restart them.
@@ -211,7 +212,7 @@ func setup(t testing.TB, o options) *bundle {
 				// events appended in atomic batches, as on a cluster.
 				BatchEvents: o.batch || os.Getenv("LOOPGATE_TEST_BATCH") == "1",
 				// With group commit, as serve has it: a step's events in one Append.
-				StageEvents: group > 0})
+				StageEvents: group > 0, Metrics: o.metrics})
 		if err != nil {
 			t.Fatal(err)
 		}
