@@ -220,7 +220,7 @@ func summarize(w io.Writer, evs []events.Event, now time.Time) {
 			}
 			isParked = true
 			parks++
-		case events.TypeApprovalRejected, events.TypeDiscarded:
+		case events.TypeApprovalRejected, events.TypeCancelRejected, events.TypeDiscarded:
 			// Records leave a parked run parked.
 		default:
 			isParked = false

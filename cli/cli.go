@@ -56,6 +56,7 @@ func commands() []command {
 		{"pending", "list the calls waiting for a human, each with its exact action", runPending},
 		{"approve", "approve one pending call (or answer an unknown outcome with --decision)", runApprove},
 		{"deny", "deny one pending call, with a reason the model will see", runDeny},
+		{"cancel", "cancel a run: it stops at its next boundary (at once if parked), finished cancelled", runCancel},
 		{"approval-payload", "print a signed approval (or denial) message and the nats pub line that sends it", runApprovalPayload},
 		{"keys", "make an approver's signing key pair (keys new), or show a seed's public key", runKeys},
 		{"tools", "list tool manifests and, with --nats, the tool services found and any mismatch", runTools},

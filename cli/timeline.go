@@ -198,6 +198,24 @@ func (t *timeline) detail(e events.Event) string {
 			}
 			return s
 		}
+	case events.TypeCancelRequested:
+		var d events.CancelRequestedData
+		if e.Decode(&d) == nil {
+			return fmt.Sprintf("CANCEL by %s: %s (cancels seq %d)", printable(d.RequestedBy.ID), printable(d.Reason), d.CancelSeq)
+		}
+	case events.TypeCancelRejected:
+		var d events.CancelRejectedData
+		if e.Decode(&d) == nil {
+			by := "?"
+			if d.RequestedBy != nil {
+				by = printable(d.RequestedBy.ID)
+			}
+			s := fmt.Sprintf("CANCEL REJECTED %s: %s (by %s, cancels seq %d)", d.Class, printable(d.Detail), by, d.CancelSeq)
+			if len(d.Errors) > 0 {
+				s += " — " + printable(fieldErrors(d.Errors))
+			}
+			return s
+		}
 	case events.TypeDiscarded:
 		var d events.DiscardedData
 		if e.Decode(&d) == nil {
