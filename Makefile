@@ -15,6 +15,7 @@ FUZZ_TARGETS = \
 	./worker:FuzzParseDecision \
 	./worker:FuzzFastDecisionAgreesWithTheSchema \
 	./worker:FuzzParseApproval \
+	./worker:FuzzParseCancel \
 	./redact:FuzzJSONStaysValid \
 	./redact:FuzzCuesNeverHideAMatch \
 	./redact:FuzzQuietIsExact \

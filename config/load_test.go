@@ -316,6 +316,16 @@ func TestLoadRejectsBadConfigNamingTheField(t *testing.T) {
 			wantErr: `/policy/roles/supervisor/approve/1: unknown tool "publish"`,
 		},
 		{
+			name:    "policy lets a role cancel an unknown agent",
+			given:   edit(t, "approve: [draft]", `approve: [draft], cancel: [helper, "*", helpr]`),
+			wantErr: `/policy/roles/supervisor/cancel/2: unknown agent profile "helpr" (or "*" for every agent)`,
+		},
+		{
+			name:    "policy cancel is not a name",
+			given:   edit(t, "approve: [draft]", `approve: [draft], cancel: ["all agents"]`),
+			wantErr: `/policy/roles/supervisor/cancel/0`,
+		},
+		{
 			name:    "missing script",
 			given:   edit(t, "scripts/happy.json", "scripts/sad.json"),
 			wantErr: "/agents/helper/model/script: scripts/sad.json: file does not exist",

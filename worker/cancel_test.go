@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -256,5 +257,56 @@ func TestCancelPublishedWhileNoWorkerRunsArrivesWhenAPoolStarts(t *testing.T) {
 		"cancel_requested", "finished:cancelled"})
 	if fin := last[events.FinishedData](t, evs, events.TypeFinished); fin.Detail != "cancelled by dev@cityops: sent while the workers were down" {
 		t.Errorf("finished detail %q", fin.Detail)
+	}
+}
+
+// A write in flight when its run is cancelled has its context cancelled
+// too; its outcome is never recorded (executing without executed), and
+// the finished event names the operation whose outcome is unknown. The
+// run does not run it again.
+func TestCancelOfARunWhoseWriteIsInFlightLeavesItsOutcomeUnknownAndSaysSo(t *testing.T) {
+	t.Parallel()
+	var runs atomic.Int32
+	began, ended := make(chan struct{}, 1), make(chan error, 1)
+	m := fakeTool("file_ticket", tools.Write, false)
+	m.Approval = tools.ApprovalNone
+	m.Timeout = events.Duration(30 * time.Second)
+	b := setup(t, options{
+		tools: []tools.Manifest{m},
+		builtins: tools.Builtins{"file_ticket": func(ctx context.Context, _ tools.Call) (any, error) {
+			runs.Add(1)
+			began <- struct{}{}
+			<-ctx.Done()
+			ended <- ctx.Err()
+			return nil, ctx.Err()
+		}},
+		roles:  map[string]config.Role{"operator": {Call: []string{"file_ticket"}}},
+		agents: map[string]config.Profile{"filer": profile("file_ticket")},
+		scripts: map[string]model.Model{"filer": scripted(t,
+			`{"tool_calls":[{"tool":"file_ticket","args":{"n":1}}]}`,
+			`{"final_answer":{"summary":"filed"}}`)},
+	})
+	runID := b.submit(task("cancel-write-1", "filer"))
+	<-began
+	b.publishCancel(runID, cancelPayload(t, runID, "dev@cityops", "filed by hand"))
+	select {
+	case err := <-ended:
+		if err != context.Canceled {
+			t.Errorf("the write's context ended with %v, want context.Canceled", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatalf("the write in flight was not cancelled\nlogs:\n%s", b.logs.String())
+	}
+	evs := b.waitEnd(runID)
+	assertTrail(t, evs, []string{"started", "proposed", "validated:ok(file_ticket)", "executing(file_ticket)", "cancel_requested", "finished:cancelled"})
+	ex := last[events.ExecutingData](t, evs, events.TypeExecuting)
+	fin := last[events.FinishedData](t, evs, events.TypeFinished)
+	want := "cancelled by dev@cityops: filed by hand; call s1c1 (file_ticket) was in flight (operation " + ex.OperationID + ", attempt 1): its outcome is unknown, and it is not retried"
+	if fin.Detail != want {
+		t.Errorf("finished detail:\n got  %q\n want %q", fin.Detail, want)
+	}
+	consumerSettled(t, b, "LOOPGATE_WORK", "loopgate-workers")
+	if n := runs.Load(); n != 1 {
+		t.Errorf("the write ran %d times, want once (never again after the cancel)", n)
 	}
 }
