@@ -39,9 +39,12 @@ type Metrics interface {
 	// ApprovalRequested: an approval_requested event is stored (a
 	// question to a human about a call of tool).
 	ApprovalRequested(tool string)
-	// ApprovalDecided: a decision is recorded as an approved event:
-	// outcome is the decision (approvals.Decision: approve, deny, expired,
-	// mark_done, retry, abandon), waited how long the question waited.
+	// ApprovalDecided: a decision is recorded as an approved event (the
+	// approvals handler's append, durable when it returns; an expiry's,
+	// staged with its step's events when the pool batches them): outcome
+	// is the decision (approvals.Decision: approve, deny, expired,
+	// mark_done, retry, abandon), waited how long the question waited,
+	// from its request to its decision.
 	ApprovalDecided(outcome string, waited time.Duration)
 	// EventsAppended: n events of a run were appended in one store, which
 	// took took (outage waits included).
@@ -136,6 +139,9 @@ func (p *Pool) modelLabel(agent string) string {
 
 // redelivery tells the pool's Metrics when msg was delivered before.
 func (p *Pool) redelivery(msg jetstream.Msg) {
+	if _, none := p.metrics().(noMetrics); none {
+		return
+	}
 	if meta, err := msg.Metadata(); err == nil && meta.NumDelivered > 1 {
 		p.metrics().Redelivered()
 	}
