@@ -78,6 +78,60 @@ func (h *halts) halt(runID string) int {
 	return len(h.runs[runID])
 }
 
+// has reports whether this process runs a call of run runID now.
+func (h *halts) has(runID string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.runs[runID]) > 0
+}
+
+// HaltPrefix is where the pool that handled a running run's cancel tells
+// every pool: loopgate.halt.<tenant>.<run_id>, a core NATS message with no
+// body and no reply subject, stored nowhere.
+const HaltPrefix = "loopgate.halt"
+
+// watchHalts subscribes the pool to every pool's halt notices, so that a
+// call of a cancelled run runs on in no process: the pool that handled
+// the cancel cancels its own calls itself. A notice is a hint, never the
+// truth: it is acted on only when this process runs a call of the run
+// and the run's trail holds its cancel (a client allowed to create push
+// consumers can deliver stream messages on any subject), and one with a
+// reply subject is ignored.
+func (p *Pool) watchHalts(ctx context.Context) (*nats.Subscription, error) {
+	sub, err := p.js.Conn().Subscribe(HaltPrefix+".*.*", func(m *nats.Msg) {
+		parts := strings.Split(m.Subject, ".")
+		if m.Reply != "" || len(parts) != 4 || !events.ValidToken(parts[2]) || !events.ValidToken(parts[3]) {
+			return
+		}
+		tenant, runID := parts[2], parts[3]
+		if !p.halts.has(runID) {
+			return
+		}
+		go func() {
+			_, st, _, err := p.readRun(ctx, tenant, runID)
+			if err != nil || st.Cancel == nil {
+				return
+			}
+			if n := p.halts.halt(runID); n > 0 {
+				p.log.InfoContext(ctx, "calls of a run cancelled by another pool were cancelled here", "run_id", runID, "tenant", tenant, "calls_halted", n)
+			}
+		}()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("worker: subscribe to %s.>: %w", HaltPrefix, err)
+	}
+	return sub, nil
+}
+
+// tellHalt publishes run runID's halt notice to every pool. It is best
+// effort: a pool that misses it stops the run at its next append all the
+// same, once its call ends.
+func (p *Pool) tellHalt(ctx context.Context, tenant, runID string) {
+	if err := p.js.Conn().Publish(HaltPrefix+"."+tenant+"."+runID, nil); err != nil {
+		p.log.WarnContext(ctx, "tell the pools to cancel a cancelled run's calls", "run_id", runID, "err", err)
+	}
+}
+
 // consumeCancels handles cancel messages one at a time, in the order the
 // stream holds them, until taking is done (Stop). A cancel is a few
 // reads and one or two appends, and cancels are rare: one goroutine per
@@ -161,7 +215,8 @@ func (p *Pool) cancelSafely(ctx context.Context, msg cancelMsg) (o outcome, reas
 //   - otherwise a cancel_requested event, appended conditionally on the
 //     run's last event, so that its driver's next append fails, and it
 //     reloads the run and finishes it cancelled; a call of the run in
-//     flight in this process has its context cancelled. A parked run,
+//     flight has its context cancelled, in this process at once and in
+//     the others by a halt notice (watchHalts). A parked run,
 //     which no worker holds, is finished cancelled here at once, and its
 //     questions withdrawn.
 //
@@ -237,6 +292,7 @@ func (p *Pool) decideCancel(ctx context.Context, msg cancelMsg) (outcome, string
 	if parked {
 		return p.finishCancelled(ctx, r)
 	}
+	p.tellHalt(ctx, tenant, runID)
 	return settled, ""
 }
 
@@ -341,4 +397,15 @@ func (p *Pool) openCancels(ctx context.Context) (jetstream.Consumer, error) {
 		return nil, fmt.Errorf("worker: consumer %s on %s: %w", journal.ConsumerCancels, journal.StreamCancels, err)
 	}
 	return cons, nil
+}
+
+// unsubscribeAll ends several subscriptions as one.
+type unsubscribeAll []interface{ Unsubscribe() error }
+
+func (u unsubscribeAll) Unsubscribe() error {
+	var errs []error
+	for _, s := range u {
+		errs = append(errs, s.Unsubscribe())
+	}
+	return errors.Join(errs...)
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/loopgate/loopgate/config"
 	"github.com/loopgate/loopgate/events"
+	"github.com/loopgate/loopgate/journal"
 	"github.com/loopgate/loopgate/model"
 	"github.com/loopgate/loopgate/tools"
 )
@@ -308,5 +309,41 @@ func TestCancelOfARunWhoseWriteIsInFlightLeavesItsOutcomeUnknownAndSaysSo(t *tes
 	consumerSettled(t, b, "LOOPGATE_WORK", "loopgate-workers")
 	if n := runs.Load(); n != 1 {
 		t.Errorf("the write ran %d times, want once (never again after the cancel)", n)
+	}
+}
+
+// A call in flight in another process than the one that handled the
+// cancel is cancelled too, by the halt notice: pool A runs the read and
+// never handles a cancel (its hook fails every try), pool B handles it.
+// Without the notice the read would run to its 30 s deadline.
+func TestCancelHandledByAnotherPoolCancelsTheToolInFlight(t *testing.T) {
+	t.Parallel()
+	s := newSlowRead()
+	o := s.options(t)
+	o.retry = 20 * time.Millisecond
+	o.layout = journal.Layout{MaxDeliver: 100} // pool A refuses each delivery it gets
+	o.crash = func(point string) {
+		if point == "before:cancel" {
+			panic("this pool does not handle cancels")
+		}
+	}
+	b := setup(t, o)
+	runID := b.submit(task("cancel-elsewhere-1", "slow"))
+	<-s.began
+	b.nextCrash = func(string) {}
+	b.secondPool()
+	b.publishCancel(runID, cancelPayload(t, runID, "dev@cityops", "stop it everywhere"))
+	select {
+	case err := <-s.ended:
+		if err != context.Canceled {
+			t.Errorf("the tool's context ended with %v, want context.Canceled", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatalf("the tool in flight in the other pool was not cancelled\nlogs:\n%s", b.logs.String())
+	}
+	evs := b.waitEnd(runID)
+	assertTrail(t, evs, []string{"started", "proposed", "validated:ok(slow_read)", "executing(slow_read)", "cancel_requested", "finished:cancelled"})
+	if !strings.Contains(b.logs.String(), "calls of a run cancelled by another pool were cancelled here") {
+		t.Errorf("the tool was not cancelled by the halt notice\nlogs:\n%s", b.logs.String())
 	}
 }

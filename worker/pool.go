@@ -322,7 +322,14 @@ func (p *Pool) Start(ctx context.Context) error {
 		aiter.Stop()
 		return err
 	}
-	p.advisories = advisories
+	haltSub, err := p.watchHalts(runCtx)
+	if err != nil {
+		cancel()
+		aiter.Stop()
+		_ = advisories.Unsubscribe()
+		return err
+	}
+	p.advisories = unsubscribeAll{advisories, haltSub}
 	taking, stopTaking := context.WithCancel(runCtx)
 	p.approvalIter, p.stopTaking, p.cancel, p.started = aiter, stopTaking, cancel, true
 	p.projection = newProjector(p.journal.PutRuns, p.log)
