@@ -168,8 +168,9 @@ type cancelMsg struct {
 	received time.Time // when the stream stored it
 }
 
-// handleCancel decides one cancel message and settles it. It never panics
-// out: a panic is logged and the message redelivered.
+// handleCancel decides one cancel message and settles it, holding it
+// through a JetStream outage. It never panics out: a panic is logged and
+// the message redelivered.
 func (p *Pool) handleCancel(ctx context.Context, msg jetstream.Msg) {
 	meta, err := msg.Metadata()
 	if err != nil {
@@ -180,7 +181,11 @@ func (p *Pool) handleCancel(ctx context.Context, msg jetstream.Msg) {
 	hbCtx, stopHeartbeat := context.WithCancel(ctx)
 	defer stopHeartbeat()
 	go p.heartbeat(hbCtx, msg)
-	o, reason := p.cancelSafely(ctx, cm)
+	// JetStream cannot take the cancel's writes: hold the message rather
+	// than spend its deliveries on the outage, as for an approval.
+	decide := func() (outcome, string) { return p.cancelSafely(ctx, cm) }
+	o, reason := decide()
+	o, reason = p.holdThroughOutage(ctx, msg, "a cancel's record", o, reason, decide)
 	if o != settled && o != rejected && p.lastDelivery(msg) {
 		p.log.ErrorContext(ctx, "cancel message not handled in all its deliveries; it stays in the cancels stream as published: publish it again",
 			"subject", cm.subject, "cancel_seq", cm.seq, "cause", reason)
