@@ -29,4 +29,8 @@ COPY --from=build /out/loopgate /usr/local/bin/loopgate
 COPY --from=build --chown=65532:65532 /out/loopgate-data /var/lib/loopgate
 COPY examples /app/examples
 WORKDIR /app
+# serve, given no --listen or --data, listens where other containers reach
+# it and stores its data in the directory its user owns.
+ENV LOOPGATE_LISTEN=0.0.0.0:4222 LOOPGATE_DATA=/var/lib/loopgate
+EXPOSE 4222
 ENTRYPOINT ["/usr/local/bin/loopgate"]

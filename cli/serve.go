@@ -45,8 +45,8 @@ type serveFlags struct {
 
 func (f *serveFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.configPath, "config", "", "config file (default: the built-in CityOps example)")
-	fs.StringVar(&f.listen, "listen", "", "embedded server's client address (default 127.0.0.1:4222; not with --nats)")
-	fs.StringVar(&f.data, "data", "", "data directory: JetStream store and tool files (default ./loopgate-data)")
+	fs.StringVar(&f.listen, "listen", "", "embedded server's client address (default $LOOPGATE_LISTEN, else server.listen, else 127.0.0.1:4222; not with --nats)")
+	fs.StringVar(&f.data, "data", "", "data directory: JetStream store and tool files (default $LOOPGATE_DATA, else server.data, else ./loopgate-data)")
 	fs.IntVar(&f.workers, "workers", 0, "concurrent runs (default 4)")
 	fs.StringVar(&f.natsURL, "nats", "", "external NATS URL(s), comma-separated; embeds no server")
 	fs.StringVar(&f.natsConfig, "nats-config", "", "nats-server config file for the embedded server: accounts, users, permissions, TLS (e.g. deploy/nats-accounts.conf); not with --nats")
@@ -69,6 +69,7 @@ func (f *serveFlags) parse(fs *flag.FlagSet, e env, args []string) (code int, ok
 	}
 	f.set = map[string]bool{}
 	fs.Visit(func(fl *flag.Flag) { f.set[fl.Name] = true })
+	f.fromEnv()
 	if f.set["nats"] {
 		// nats.Connect takes a list with no URL in it for the default
 		// 127.0.0.1:4222, and an empty --nats (an unset "$NATS") would
@@ -87,6 +88,26 @@ func (f *serveFlags) parse(fs *flag.FlagSet, e env, args []string) (code int, ok
 		f.natsURL = strings.Join(urls, ",")
 	}
 	return 0, true
+}
+
+// Environment variables that stand in for --listen and --data when the
+// flag is not given, ahead of the config file's server section: the
+// container image sets them, so that serve listens where other containers
+// reach it and stores its data where its user may write.
+const (
+	envListen = "LOOPGATE_LISTEN"
+	envData   = "LOOPGATE_DATA"
+)
+
+// fromEnv takes --listen (for an embedded server only) and --data from
+// the environment when they were not given.
+func (f *serveFlags) fromEnv() {
+	if v := os.Getenv(envListen); v != "" && !f.set["listen"] && !f.set["nats"] {
+		f.listen, f.set["listen"] = v, true
+	}
+	if v := os.Getenv(envData); v != "" && !f.set["data"] {
+		f.data, f.set["data"] = v, true
+	}
 }
 
 // embeddedOnly are the flags that configure the embedded server: with
