@@ -365,11 +365,12 @@ func (r *run) proposal(ctx context.Context, data *events.ProposedData, out []byt
 		return nil, fmt.Errorf("marshal proposed event of run %s: %w", r.st.RunID, err)
 	}
 	limit := r.p.journal.MaxDataBytes()
-	size := len(raw)
-	if size > limit/2 { // redaction can change the size, never double it
+	size, sealed := len(raw), r.sealedBytes(data)
+	if size+sealed > limit/2 { // redaction can change the size, never double it
 		stored, _ := r.p.redactor.JSON(raw)
 		size = max(size, len(stored))
 	}
+	size += sealed
 	if size <= limit {
 		return raw, nil
 	}

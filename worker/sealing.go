@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -83,6 +84,29 @@ func (r *run) sealStored(ctx context.Context, e *events.Event, stored json.RawMe
 		return events.EncodeData(out)
 	}
 	return stored, nil
+}
+
+// sealedBytes bounds what sealing adds to data's proposed event: a sealed
+// box per redacted call, its arguments' size in base64 plus the cipher's
+// tag, nonce and key id. 0 for a pool without a Sealer.
+func (r *run) sealedBytes(data *events.ProposedData) int {
+	if r.p.sealer == nil || data.Decision == nil {
+		return 0
+	}
+	n := 0
+	for _, c := range data.Decision.ToolCalls {
+		if c.Redacted {
+			n += sealedSize(len(c.Args))
+		}
+	}
+	return n
+}
+
+// sealedSize bounds the encoding of a sealed value of n bytes as an
+// event's "sealed" member: the box (n bytes and a 16-byte tag) and a
+// 12-byte nonce in base64, a key id, and the names around them.
+func sealedSize(n int) int {
+	return base64.StdEncoding.EncodedLen(n+16) + base64.StdEncoding.EncodedLen(12) + 96
 }
 
 // openSealed gives the current decision's calls whose arguments this
