@@ -331,22 +331,20 @@ func (l Layout) workers() jetstream.ConsumerConfig {
 }
 
 func (l Layout) approvals() jetstream.ConsumerConfig {
-	return jetstream.ConsumerConfig{
-		Durable:       ConsumerApprovals,
-		Description:   "loopgate workers deciding approval messages",
-		DeliverPolicy: jetstream.DeliverAllPolicy,
-		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       l.AckWait,
-		MaxDeliver:    l.MaxDeliver,
-		BackOff:       l.backOff(),
-		MaxAckPending: l.MaxAckPending,
-	}
+	return l.handlers(ConsumerApprovals, "loopgate workers deciding approval messages")
 }
 
 func (l Layout) cancels() jetstream.ConsumerConfig {
+	return l.handlers(ConsumerCancels, "loopgate workers handling cancel messages")
+}
+
+// handlers is a durable pull consumer the workers share to handle the
+// messages of a stream one delivery at a time, with the work consumer's
+// deadlines and bounds.
+func (l Layout) handlers(durable, description string) jetstream.ConsumerConfig {
 	return jetstream.ConsumerConfig{
-		Durable:       ConsumerCancels,
-		Description:   "loopgate workers handling cancel messages",
+		Durable:       durable,
+		Description:   description,
 		DeliverPolicy: jetstream.DeliverAllPolicy,
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       l.AckWait,
